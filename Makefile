@@ -1,0 +1,36 @@
+# slidelimit: make demo, make test, make bench, make lint.
+# Every target that needs Redis starts its own throwaway servers through
+# scripts/with-redis.sh and stops them afterwards.
+
+GO ?= go
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+.PHONY: test demo bench lint vet fmt tidy
+
+## test: vet and test every module with -race against real Redis (standalone and Cluster).
+test:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	scripts/each-module.sh $(GO) vet ./...
+	scripts/with-redis.sh scripts/each-module.sh $(GO) test -race -count=1 ./...
+
+## demo: one limit shared by two server processes, against a throwaway Redis.
+demo:
+	WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/demo.sh
+
+## bench: Allow at 1..256 goroutines beside redis-benchmark running the same script.
+bench:
+	WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/bench.sh
+
+## lint: golangci-lint in every module, with the configuration at the root.
+lint:
+	scripts/each-module.sh $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
+
+vet:
+	scripts/each-module.sh $(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+tidy:
+	scripts/each-module.sh $(GO) mod tidy

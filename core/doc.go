@@ -1,0 +1,48 @@
+// Package slidelimit is an exact, distributed sliding-window rate limiter
+// backed by Redis.
+//
+// Create a Limiter once, with the go-redis client your service already has
+// and one or more limits, then ask it about each request:
+//
+//	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(100))
+//	if err != nil {
+//		return err // an invalid limit or option: ErrInvalidLimit, ErrInvalidOption
+//	}
+//	res, err := lim.Allow(ctx, "user:42")
+//	if err != nil {
+//		log.Print(err) // Redis failed; res holds the FailurePolicy's decision
+//	}
+//	if !res.Allowed {
+//		// deny, and tell the client to come back after res.RetryAfter
+//	}
+//
+// # Algorithm
+//
+// Each identity has one Redis sorted set per limit, holding one member per
+// unit admitted in the current window, scored by its admission time. One Lua
+// script evicts the members that left the window, counts the rest, and, if
+// every limit has room, adds the request's members and sets the key's expiry:
+// all atomically in Redis, so "100 per minute" holds exactly across any
+// number of application servers. Denied requests are never recorded, so a
+// client that keeps knocking does not extend its own block. Time comes from
+// Redis TIME, so servers with skewed clocks share one timeline.
+//
+// Each call carries a unique request id, and a retried call whose id is
+// already recorded counts once. Keys keep the identity in a {hash tag}, so
+// every limit of one identity sits on one Redis Cluster shard; see Key for
+// how identities of any bytes are made safe.
+//
+// # Failures
+//
+// When Redis is down, slow past the timeout (WithTimeout) or answers with an
+// error, the FailurePolicy decides: FailOpen (the default) admits, FailClosed
+// denies. The call returns that Result, marked Fallback, together with an
+// error wrapping ErrUnavailable, so callers can act on Result.Allowed and
+// still report the error.
+//
+// # Headers
+//
+// Headers maps a Result to the rate-limit header fields (RateLimit-Policy,
+// RateLimit, X-RateLimit-*, Retry-After) that every adapter of this project
+// sends: net/http (package httplimit), Gin, Fiber, Echo and gRPC.
+package slidelimit

@@ -1,0 +1,22 @@
+package slidelimit
+
+import "errors"
+
+// Errors returned by this package. Test for them with errors.Is: the errors
+// returned wrap them with the details of what went wrong.
+var (
+	// ErrInvalidLimit means a Limit is out of range or badly named.
+	ErrInvalidLimit = errors.New("slidelimit: invalid limit")
+	// ErrInvalidCost means a cost is below 1 or above the smallest quota,
+	// so the request could never be admitted.
+	ErrInvalidCost = errors.New("slidelimit: invalid cost")
+	// ErrInvalidKey means an identity is empty. Identities of any other
+	// content are made safe and never fail.
+	ErrInvalidKey = errors.New("slidelimit: invalid key")
+	// ErrInvalidOption means an Option was given a value it cannot take.
+	ErrInvalidOption = errors.New("slidelimit: invalid option")
+	// ErrUnavailable means Redis failed, timed out or replied in a way the
+	// limiter does not understand. A call that returns it also returns the
+	// Result chosen by the FailurePolicy, with Result.Fallback set.
+	ErrUnavailable = errors.New("slidelimit: redis unavailable")
+)

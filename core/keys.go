@@ -1,0 +1,85 @@
+package slidelimit
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+)
+
+// maxIdentityLen is the longest encoded identity kept readable in a key;
+// longer ones are replaced by a digest.
+const maxIdentityLen = 128
+
+// DefaultPrefix is the key prefix used unless WithPrefix sets another.
+const DefaultPrefix = "slidelimit:"
+
+// Key returns the Redis key that holds identity's requests under limit,
+// for a limiter with the given key prefix: prefix + "{" + identity + "}:" +
+// limit.String(). It is exported for operators who inspect Redis; the
+// limiter builds its keys with it.
+//
+// The identity is made safe before it enters the key. Bytes outside printable
+// ASCII and the bytes '%', '{', '}' and '#' are percent-encoded, so that
+// distinct identities never share a key and no identity can pick the hash
+// slot of another; an encoded identity longer than 128 bytes is replaced by
+// '#' and its SHA-256 digest in unpadded base64url. The braces make the
+// identity the key's hash tag: every limit of one identity lives on one
+// Redis Cluster shard. An empty identity is an error wrapping ErrInvalidKey.
+func Key(prefix, identity string, limit Limit) (string, error) {
+	tag, err := hashTag(identity)
+	if err != nil {
+		return "", err
+	}
+	return prefix + "{" + tag + "}:" + limit.String(), nil
+}
+
+// hashTag encodes identity for use between the braces of a key.
+func hashTag(identity string) (string, error) {
+	if identity == "" {
+		return "", fmt.Errorf("%w: identity is empty", ErrInvalidKey)
+	}
+	escapes := 0
+	for i := 0; i < len(identity); i++ {
+		if !plainByte(identity[i]) {
+			escapes++
+		}
+	}
+	if len(identity)+2*escapes > maxIdentityLen {
+		sum := sha256.Sum256([]byte(identity))
+		return "#" + base64.RawURLEncoding.EncodeToString(sum[:]), nil
+	}
+	if escapes == 0 {
+		return identity, nil
+	}
+	const hex = "0123456789ABCDEF"
+	buf := make([]byte, 0, len(identity)+2*escapes)
+	for i := 0; i < len(identity); i++ {
+		c := identity[i]
+		if plainByte(c) {
+			buf = append(buf, c)
+			continue
+		}
+		buf = append(buf, '%', hex[c>>4], hex[c&0xF])
+	}
+	return string(buf), nil
+}
+
+// plainByte reports whether c may stand in a key as itself.
+func plainByte(c byte) bool {
+	return c > ' ' && c < 0x7F && c != '%' && c != '{' && c != '}' && c != '#'
+}
+
+// validPrefix reports whether prefix can start a key: printable ASCII with
+// no braces, which would move the hash tag, and at most 64 bytes.
+func validPrefix(prefix string) error {
+	if len(prefix) > 64 {
+		return fmt.Errorf("%w: prefix is %d bytes, more than 64", ErrInvalidOption, len(prefix))
+	}
+	for i := 0; i < len(prefix); i++ {
+		c := prefix[i]
+		if c <= ' ' || c >= 0x7F || c == '{' || c == '}' {
+			return fmt.Errorf("%w: prefix %q may hold only printable ASCII without spaces or braces", ErrInvalidOption, prefix)
+		}
+	}
+	return nil
+}

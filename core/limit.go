@@ -1,0 +1,112 @@
+package slidelimit
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bounds on a Limit. They keep one key's sorted set, and so Redis memory and
+// script time, bounded.
+const (
+	// MaxQuota is the largest Quota a Limit may have.
+	MaxQuota = 1_000_000
+	// MinWindow is the shortest Window a Limit may have.
+	MinWindow = time.Millisecond
+	// MaxWindow is the longest Window a Limit may have.
+	MaxWindow = 366 * 24 * time.Hour
+	// maxNameLen is the longest Name a Limit may have.
+	maxNameLen = 64
+)
+
+// Limit admits at most Quota units in any span of time as long as Window,
+// measured as a sliding window: at every instant, the units admitted in the
+// Window before it are counted, so there is no boundary at which a fresh
+// window opens and a burst of twice the quota slips through.
+//
+// A Limit is a small value; copy it freely. The zero Limit is invalid.
+type Limit struct {
+	// Quota is the most units admitted in any Window; 1 to MaxQuota.
+	Quota int
+	// Window is the span the quota covers; MinWindow to MaxWindow,
+	// counted in whole microseconds.
+	Window time.Duration
+	// Name is an optional policy name: letters, digits, '_', '-' and '.',
+	// at most 64 bytes. It names the limit in the RateLimit headers, and it
+	// replaces the quota and window in the Redis key, so that a named limit
+	// keeps its counts when its quota changes. Empty means String().
+	Name string
+}
+
+// Per returns a Limit of quota units in any span of window.
+func Per(quota int, window time.Duration) Limit {
+	return Limit{Quota: quota, Window: window}
+}
+
+// PerSecond returns a Limit of quota units in any second.
+func PerSecond(quota int) Limit { return Per(quota, time.Second) }
+
+// PerMinute returns a Limit of quota units in any minute.
+func PerMinute(quota int) Limit { return Per(quota, time.Minute) }
+
+// PerHour returns a Limit of quota units in any hour.
+func PerHour(quota int) Limit { return Per(quota, time.Hour) }
+
+// PerDay returns a Limit of quota units in any 24 hours.
+func PerDay(quota int) Limit { return Per(quota, 24*time.Hour) }
+
+// Named returns a copy of l with the policy name name. See Limit.Name.
+func (l Limit) Named(name string) Limit {
+	l.Name = name
+	return l
+}
+
+// Validate reports whether l can be enforced. The error wraps ErrInvalidLimit.
+func (l Limit) Validate() error {
+	switch {
+	case l.Quota < 1 || l.Quota > MaxQuota:
+		return fmt.Errorf("%w: quota %d is outside 1..%d", ErrInvalidLimit, l.Quota, MaxQuota)
+	case l.Window < MinWindow || l.Window > MaxWindow:
+		return fmt.Errorf("%w: window %v is outside %v..%v", ErrInvalidLimit, l.Window, MinWindow, MaxWindow)
+	case len(l.Name) > maxNameLen:
+		return fmt.Errorf("%w: name is %d bytes, more than %d", ErrInvalidLimit, len(l.Name), maxNameLen)
+	}
+	for i := 0; i < len(l.Name); i++ {
+		if !nameByte(l.Name[i]) {
+			return fmt.Errorf("%w: name %q may hold only letters, digits, '_', '-' and '.'", ErrInvalidLimit, l.Name)
+		}
+	}
+	return nil
+}
+
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
+}
+
+// String returns the limit's name if it has one, and otherwise its quota and
+// window in a compact form such as "100/1m", "10/1s" or "5/1h30m".
+func (l Limit) String() string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return strconv.Itoa(l.Quota) + "/" + shortDuration(l.Window)
+}
+
+// shortDuration formats d like time.Duration.String without the zero units
+// it trails: "1m" rather than "1m0s", "2h" rather than "2h0m0s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// windowSeconds is the window in whole seconds, rounded up, for headers.
+func (l Limit) windowSeconds() int64 {
+	return ceilSeconds(l.Window)
+}

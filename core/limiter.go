@@ -1,0 +1,246 @@
+package slidelimit
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Limiter enforces one or more limits per identity, shared by every process
+// that uses the same Redis and key prefix. It is safe for concurrent use.
+type Limiter struct {
+	client   redis.Scripter
+	cfg      config
+	suffixes []string // per limit: "}:" + Limit.String()
+	quotaArg []any    // per limit: quota, window in µs, as the script reads them
+	minQuota int
+}
+
+// New returns a Limiter that enforces limit, and any limits added by
+// WithLimits, on the given client. The client may be any go-redis client
+// that runs scripts: *redis.Client, *redis.ClusterClient, a Sentinel
+// *redis.Client from redis.NewFailoverClient, *redis.Ring or a
+// redis.UniversalClient.
+//
+// New validates everything once: an invalid limit returns an error wrapping
+// ErrInvalidLimit, a bad option one wrapping ErrInvalidOption. It does not
+// contact Redis.
+func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+	}
+	cfg := config{
+		limits:  []Limit{limit},
+		prefix:  DefaultPrefix,
+		timeout: DefaultTimeout,
+		policy:  FailOpen,
+	}
+	for _, opt := range opts {
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	l := &Limiter{client: client, cfg: cfg, minQuota: MaxQuota}
+	seen := make(map[string]bool, len(cfg.limits))
+	for _, lim := range cfg.limits {
+		if err := lim.Validate(); err != nil {
+			return nil, err
+		}
+		name := lim.String()
+		if seen[name] {
+			return nil, fmt.Errorf("%w: two limits are both %q", ErrInvalidLimit, name)
+		}
+		seen[name] = true
+		l.suffixes = append(l.suffixes, "}:"+name)
+		l.quotaArg = append(l.quotaArg, lim.Quota, lim.Window.Microseconds())
+		l.minQuota = min(l.minQuota, lim.Quota)
+	}
+	return l, nil
+}
+
+// Limits returns the limits l enforces, the one given to New first.
+func (l *Limiter) Limits() []Limit {
+	return append([]Limit(nil), l.cfg.limits...)
+}
+
+// Allow records one request by identity if every limit admits it.
+// It is AllowN(ctx, identity, 1).
+func (l *Limiter) Allow(ctx context.Context, identity string) (Result, error) {
+	return l.AllowN(ctx, identity, 1)
+}
+
+// AllowN records a request of cost n by identity if every limit has n units
+// left in its window, and otherwise records nothing. The decision is one
+// atomic script in Redis, so it is exact across every process sharing the
+// limit. A denial is a Result with Allowed false and a nil error.
+//
+// An identity may hold any bytes; see Key. An empty one returns an error
+// wrapping ErrInvalidKey, and n below 1 or above the smallest quota one
+// wrapping ErrInvalidCost; both with a Result that is not Allowed.
+//
+// When Redis fails or the timeout passes, AllowN returns an error wrapping
+// ErrUnavailable together with the Result the FailurePolicy chose, marked
+// Fallback; callers act on Result.Allowed and report the error. Each call
+// carries a unique request id, so a call that go-redis retries after a lost
+// reply is counted once.
+func (l *Limiter) AllowN(ctx context.Context, identity string, n int) (Result, error) {
+	if n < 1 || n > l.minQuota {
+		err := fmt.Errorf("%w: cost %d is outside 1..%d", ErrInvalidCost, n, l.minQuota)
+		return l.observe(ctx, identity, n, time.Now(), Result{Limit: l.cfg.limits[0]}, err)
+	}
+	return l.decide(ctx, identity, n, newRequestID())
+}
+
+// Peek reports whether identity could make a request of cost 1 now, and the
+// state of each limit, without recording anything.
+func (l *Limiter) Peek(ctx context.Context, identity string) (Result, error) {
+	return l.decide(ctx, identity, 1, "")
+}
+
+// decide runs the admission script; an empty id peeks.
+func (l *Limiter) decide(ctx context.Context, identity string, n int, id string) (Result, error) {
+	start := time.Now()
+	keys, err := l.keys(identity)
+	if err != nil {
+		return l.observe(ctx, identity, n, start, Result{Limit: l.cfg.limits[0]}, err)
+	}
+	args := make([]any, 0, 3+len(l.quotaArg))
+	args = append(args, n, id, l.now())
+	args = append(args, l.quotaArg...)
+
+	runCtx, cancel := l.withTimeout(ctx)
+	reply, err := allowScript.Run(runCtx, l.client, keys, args...).Int64Slice()
+	cancel()
+	if err != nil {
+		res, err := l.fallback(fmt.Errorf("allow script: %w", err))
+		return l.observe(ctx, identity, n, start, res, err)
+	}
+	res, err := l.result(reply)
+	if err != nil {
+		res, err = l.fallback(err)
+	} else if res.Allowed && id != "" {
+		res.admitted = &admission{identity: identity, id: id, cost: n}
+	}
+	return l.observe(ctx, identity, n, start, res, err)
+}
+
+// result turns the script's reply into a Result.
+func (l *Limiter) result(reply []int64) (Result, error) {
+	if len(reply) != 2+3*len(l.cfg.limits) {
+		return Result{}, fmt.Errorf("allow script: unexpected reply %v", reply)
+	}
+	res := Result{Allowed: reply[0] == 1, Statuses: make([]Status, len(l.cfg.limits))}
+	decider := 0
+	for i, lim := range l.cfg.limits {
+		v := reply[2+3*i:]
+		s := Status{
+			Limit:      lim,
+			Remaining:  int(v[0]),
+			RetryAfter: time.Duration(v[1]) * time.Microsecond,
+			ResetAfter: time.Duration(v[2]) * time.Microsecond,
+		}
+		res.Statuses[i] = s
+		d := res.Statuses[decider]
+		if res.Allowed && s.Remaining < d.Remaining || !res.Allowed && s.RetryAfter > d.RetryAfter {
+			decider = i
+		}
+	}
+	d := res.Statuses[decider]
+	res.Limit, res.Remaining, res.RetryAfter, res.ResetAfter = d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter
+	return res, nil
+}
+
+// Refund removes an admitted request's units from every limit, as if it had
+// never been made, so that, for example, requests that fail need not count.
+// It removes exactly the members the request recorded: refunding twice, or
+// refunding a Result that was not admitted or was a Fallback, does nothing.
+// Errors wrap ErrUnavailable.
+func (l *Limiter) Refund(ctx context.Context, r Result) error {
+	a := r.admitted
+	if a == nil {
+		return nil
+	}
+	keys, err := l.keys(a.identity)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	if err := refundScript.Run(ctx, l.client, keys, a.id, a.cost).Err(); err != nil {
+		return fmt.Errorf("%w: refund script: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Reset forgets every request identity made under l's limits. Errors wrap
+// ErrUnavailable or ErrInvalidKey.
+func (l *Limiter) Reset(ctx context.Context, identity string) error {
+	keys, err := l.keys(identity)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	if err := resetScript.Run(ctx, l.client, keys).Err(); err != nil {
+		return fmt.Errorf("%w: reset script: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// keys returns identity's key for each limit.
+func (l *Limiter) keys(identity string) ([]string, error) {
+	tag, err := hashTag(identity)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(l.suffixes))
+	for i, s := range l.suffixes {
+		keys[i] = l.cfg.prefix + "{" + tag + s
+	}
+	return keys, nil
+}
+
+// now returns the script's time argument: empty for Redis TIME.
+func (l *Limiter) now() string {
+	if l.cfg.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(l.cfg.clock().UnixMicro(), 10)
+}
+
+func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.cfg.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, l.cfg.timeout)
+}
+
+// fallback returns the FailurePolicy's Result for a Redis failure.
+func (l *Limiter) fallback(cause error) (Result, error) {
+	res := Result{Allowed: l.cfg.policy == FailOpen, Limit: l.cfg.limits[0], Fallback: true}
+	if !res.Allowed {
+		res.RetryAfter = time.Second
+	}
+	return res, fmt.Errorf("%w (%v): %w", ErrUnavailable, l.cfg.policy, cause)
+}
+
+func (l *Limiter) observe(ctx context.Context, identity string, n int, start time.Time, res Result, err error) (Result, error) {
+	if l.cfg.observe != nil {
+		l.cfg.observe(ctx, Observation{Identity: identity, Cost: n, Result: res, Err: err, Latency: time.Since(start)})
+	}
+	return res, err
+}
+
+// newRequestID returns 8 random bytes. Members of one key are compared only
+// with the members of that key still in its window, so 64 bits make a
+// collision negligible (below 1e-7 for a key holding a million requests).
+func newRequestID() string {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+	return string(b[:])
+}

@@ -1,0 +1,221 @@
+// Package redistest gives tests a real Redis: the one the test harness
+// started, or a private redis-server started for one test and stopped when
+// it ends. It never fakes Redis.
+//
+// The harness (make test at the repository root) exports the addresses in
+// SLIDELIMIT_REDIS_ADDR and SLIDELIMIT_REDIS_CLUSTER_ADDRS and sets
+// SLIDELIMIT_REQUIRE_REDIS=1, under which a test that cannot reach Redis
+// fails instead of skipping.
+package redistest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Environment variables read by this package.
+const (
+	// EnvAddr holds the host:port of a standalone Redis.
+	EnvAddr = "SLIDELIMIT_REDIS_ADDR"
+	// EnvClusterAddrs holds comma-separated host:port seeds of a Redis Cluster.
+	EnvClusterAddrs = "SLIDELIMIT_REDIS_CLUSTER_ADDRS"
+	// EnvRequire, when "1", turns every skip for want of Redis into a failure.
+	EnvRequire = "SLIDELIMIT_REQUIRE_REDIS"
+	// EnvServer names the redis-server binary; the default is found on PATH.
+	EnvServer = "SLIDELIMIT_REDIS_SERVER"
+)
+
+// howTo says how to give the tests a Redis.
+const howTo = "run `make test` from the repository root, which starts Redis for the tests; " +
+	"or install redis-server (apt-get install redis-server redis-tools) so tests can start their own"
+
+// Client returns a client of a standalone Redis: the harness's if
+// SLIDELIMIT_REDIS_ADDR is set, and otherwise a private server started for
+// this test. The client is closed when the test ends.
+func Client(t testing.TB) *redis.Client {
+	t.Helper()
+	addr := os.Getenv(EnvAddr)
+	if addr == "" {
+		addr = StartServer(t).Addr
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ping(t, rdb, addr)
+	return rdb
+}
+
+// ClusterClient returns a client of the harness's Redis Cluster, named by
+// SLIDELIMIT_REDIS_CLUSTER_ADDRS. Without it the test is skipped, or fails
+// under SLIDELIMIT_REQUIRE_REDIS=1. The client is closed when the test ends.
+func ClusterClient(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	seeds := os.Getenv(EnvClusterAddrs)
+	if seeds == "" {
+		unavailable(t, "no Redis Cluster: "+EnvClusterAddrs+" is not set")
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(seeds, ",")})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ping(t, rdb, seeds)
+	return rdb
+}
+
+// Prefix returns a key prefix no other test or run shares, so that tests
+// can run in parallel against one server.
+func Prefix(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", ".", " ", "_", "{", "", "}", "").Replace(t.Name())
+	return "test:" + name + ":" + hex.EncodeToString(b[:]) + ":"
+}
+
+// Server is a private redis-server process that a test can stop and start
+// again on the same address, to test what happens while Redis is down.
+type Server struct {
+	// Addr is the server's host:port on the loopback interface.
+	Addr string
+
+	t      testing.TB
+	mu     sync.Mutex
+	proc   *os.Process   // nil while stopped
+	exited chan struct{} // closed when proc has exited
+	out    *bytes.Buffer
+}
+
+// StartServer starts a private redis-server on a free loopback port, with
+// persistence off, and stops it when the test ends.
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	bin := os.Getenv(EnvServer)
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			unavailable(t, "redis-server is not on PATH")
+		}
+	}
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: find a free port: %v", err)
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), t: t}
+		if lastErr = s.start(bin); lastErr == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+	}
+	t.Fatalf("redistest: start redis-server: %v", lastErr)
+	return nil
+}
+
+// Stop kills the server at once, as a crash or a network cut would, and
+// waits until it has exited. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return
+	}
+	_ = s.proc.Kill()
+	<-s.exited
+	s.proc = nil
+}
+
+// Restart starts a stopped server again on the same address, empty, and
+// waits until it answers.
+func (s *Server) Restart() {
+	s.t.Helper()
+	bin := os.Getenv(EnvServer)
+	if bin == "" {
+		bin = "redis-server"
+	}
+	var err error
+	for range 50 { // the port may linger for a moment after a kill
+		if err = s.start(bin); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("redistest: restart redis-server on %s: %v", s.Addr, err)
+}
+
+func (s *Server) start(bin string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		return errors.New("already running")
+	}
+	_, port, _ := net.SplitHostPort(s.Addr)
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", os.TempDir())
+	s.out = new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = s.out, s.out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server exited: %s", strings.TrimSpace(s.out.String()))
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			s.proc, s.exited = cmd.Process, exited
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("no answer on %s: %w", s.Addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func ping(t testing.TB, rdb redis.UniversalClient, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		unavailable(t, fmt.Sprintf("Redis at %s does not answer: %v", addr, err))
+	}
+}
+
+func unavailable(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatalf("redistest: %s; %s", why, howTo)
+	}
+	t.Skipf("redistest: %s; %s", why, howTo)
+}

@@ -1,0 +1,8 @@
+-- reset.lua: forgets every request of one identity.
+--
+-- KEYS[i]  the identity's sorted sets, one per limit (one {hash tag}).
+-- ARGV     none.
+--
+-- Returns the number of keys deleted.
+
+return redis.call('DEL', unpack(KEYS))

@@ -1,0 +1,57 @@
+package slidelimit
+
+import "time"
+
+// Result is the outcome of one call to Allow, AllowN or Peek. A denial is a
+// Result with Allowed false, not an error.
+//
+// With several limits, the fields other than Allowed and Statuses describe
+// the deciding limit: on a denial, the denying limit that takes longest to
+// admit the request; otherwise the limit with the fewest units left.
+type Result struct {
+	// Allowed reports whether the request was admitted (for Peek: whether a
+	// request of cost 1 would be).
+	Allowed bool
+	// Limit is the deciding limit.
+	Limit Limit
+	// Remaining is how many units the deciding limit has left in its window
+	// after this decision.
+	Remaining int
+	// RetryAfter is how long until the same request would be admitted;
+	// zero when Allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the deciding limit's window holds no
+	// units, so that its whole quota is available again.
+	ResetAfter time.Duration
+	// Statuses holds one Status per limit, in the limiter's order. It is nil
+	// when Fallback is set.
+	Statuses []Status
+	// Fallback reports that Redis could not be asked, and the decision was
+	// made by the limiter's FailurePolicy. The call that returned the Result
+	// also returned an error wrapping ErrUnavailable. A fallback Result
+	// claims no quota: header writers send only Retry-After on its denial.
+	Fallback bool
+
+	// admitted records what Refund needs to remove this request again.
+	admitted *admission
+}
+
+// Status is the state of one limit after a decision.
+type Status struct {
+	// Limit is the limit described.
+	Limit Limit
+	// Remaining is how many units the limit has left in its window.
+	Remaining int
+	// RetryAfter is how long until this limit alone would admit the
+	// request; zero if it admits it now.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limit's window holds no units.
+	ResetAfter time.Duration
+}
+
+// admission identifies the members one admitted request recorded.
+type admission struct {
+	identity string
+	id       string
+	cost     int
+}
