@@ -1,0 +1,68 @@
+package slidelimit_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	slidelimit "github.com/slidelimit/slidelimit/core"
+)
+
+func TestKey(t *testing.T) {
+	lim := slidelimit.PerMinute(100)
+	tests := []struct {
+		identity string
+		want     string
+	}{
+		{"user:42", "p:{user:42}:100/1m"},
+		{"203.0.113.9", "p:{203.0.113.9}:100/1m"},
+		{"a b", "p:{a%20b}:100/1m"},
+		{"{}", "p:{%7B%7D}:100/1m"},
+		{"a}b", "p:{a%7Db}:100/1m"},
+		{"50%", "p:{50%25}:100/1m"},
+		{"#x", "p:{%23x}:100/1m"},
+		{"line\nbreak", "p:{line%0Abreak}:100/1m"},
+		{"\x00\xff", "p:{%00%FF}:100/1m"},
+		{"é", "p:{%C3%A9}:100/1m"},
+		{strings.Repeat("a", 128), "p:{" + strings.Repeat("a", 128) + "}:100/1m"},
+		{strings.Repeat("a", 129), "p:{#wSywJKLlVRzKDgj86PHF4xRVXMP-9jKe6ZSj23UhZq4}:100/1m"},
+	}
+	for _, tt := range tests {
+		got, err := slidelimit.Key("p:", tt.identity, lim)
+		if err != nil || got != tt.want {
+			t.Errorf("Key(%q) = %q, %v, want %q, nil", tt.identity, got, err, tt.want)
+		}
+	}
+	if _, err := slidelimit.Key("p:", "", lim); !errors.Is(err, slidelimit.ErrInvalidKey) {
+		t.Errorf("Key(\"\") error = %v, want ErrInvalidKey", err)
+	}
+}
+
+// TestKeyInjective checks that hostile identities never share a key and
+// that every key has exactly one hash tag: the whole encoded identity.
+func TestKeyInjective(t *testing.T) {
+	identities := []string{
+		"a", "a}", "a}b", "{a}", "a{", "%7D", "a%7Db", "%", "%25", "#", "%23",
+		"a:b", "a|b", " ", "\t", "\n", "\x00", "\x00\x00", "\xff", "é", "%C3%A9",
+		strings.Repeat("x", 128), strings.Repeat("x", 129), strings.Repeat("x", 1<<20),
+		strings.Repeat("}", 43), strings.Repeat("{", 200), "#X1y6HRTLXFs7bvOSoTKAr7sqMdzrN3XAabd1nc9Pwzw",
+	}
+	seen := map[string]string{}
+	for _, id := range identities {
+		key, err := slidelimit.Key("p:", id, slidelimit.PerMinute(1))
+		if err != nil {
+			t.Fatalf("Key(%.20q) error = %v", id, err)
+		}
+		if prev, dup := seen[key]; dup {
+			t.Errorf("Key(%.20q) = Key(%.20q) = %q", id, prev, key)
+		}
+		seen[key] = id
+		if len(key) > 200 {
+			t.Errorf("len(Key(%.20q)) = %d, want at most 200", id, len(key))
+		}
+		open, close := strings.IndexByte(key, '{'), strings.IndexByte(key, '}')
+		if open != 2 || strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || close < open+2 {
+			t.Errorf("Key(%.20q) = %q, want one non-empty {hash tag} after the prefix", id, key)
+		}
+	}
+}

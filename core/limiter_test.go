@@ -1,0 +1,548 @@
+package slidelimit_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
+)
+
+// newLimiter returns a limiter on rdb with a prefix of its own.
+func newLimiter(t *testing.T, rdb redis.Scripter, limit slidelimit.Limit, opts ...slidelimit.Option) (*slidelimit.Limiter, string) {
+	t.Helper()
+	prefix := redistest.Prefix(t)
+	opts = append([]slidelimit.Option{slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(5 * time.Second)}, opts...)
+	lim, err := slidelimit.New(rdb, limit, opts...)
+	if err != nil {
+		t.Fatalf("New(%v) = %v", limit, err)
+	}
+	return lim, prefix
+}
+
+// allow calls Allow and fails the test on an error.
+func allow(t *testing.T, lim *slidelimit.Limiter, identity string) slidelimit.Result {
+	t.Helper()
+	res, err := lim.Allow(t.Context(), identity)
+	if err != nil {
+		t.Fatalf("Allow(%q) error = %v", identity, err)
+	}
+	return res
+}
+
+// redisNow reads Redis's clock, which the limiter uses.
+func redisNow(t *testing.T, rdb redis.Cmdable) time.Time {
+	t.Helper()
+	now, err := rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	return now
+}
+
+// clients runs f against a standalone Redis and against Redis Cluster.
+func clients(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		f(t, redistest.Client(t))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		f(t, redistest.ClusterClient(t))
+	})
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { _ = rdb.Close() })
+	tests := []struct {
+		name   string
+		client redis.Scripter
+		limit  slidelimit.Limit
+		opts   []slidelimit.Option
+		want   error
+	}{
+		{"nil client", nil, slidelimit.PerMinute(1), nil, slidelimit.ErrInvalidOption},
+		{"zero limit", rdb, slidelimit.Limit{}, nil, slidelimit.ErrInvalidLimit},
+		{"negative quota", rdb, slidelimit.PerMinute(-5), nil, slidelimit.ErrInvalidLimit},
+		{"oversized quota", rdb, slidelimit.PerMinute(slidelimit.MaxQuota + 1), nil, slidelimit.ErrInvalidLimit},
+		{"sub-millisecond window", rdb, slidelimit.Per(1, time.Microsecond), nil, slidelimit.ErrInvalidLimit},
+		{"bad extra limit", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithLimits(slidelimit.PerHour(0))}, slidelimit.ErrInvalidLimit},
+		{"duplicate limits", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithLimits(slidelimit.PerMinute(1))}, slidelimit.ErrInvalidLimit},
+		{"duplicate names", rdb, slidelimit.PerMinute(1).Named("x"), []slidelimit.Option{slidelimit.WithLimits(slidelimit.PerHour(9).Named("x"))}, slidelimit.ErrInvalidLimit},
+		{"prefix with brace", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithPrefix("a{")}, slidelimit.ErrInvalidOption},
+		{"prefix with space", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithPrefix("a b")}, slidelimit.ErrInvalidOption},
+		{"long prefix", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithPrefix(strings.Repeat("p", 65))}, slidelimit.ErrInvalidOption},
+		{"negative timeout", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithTimeout(-1)}, slidelimit.ErrInvalidOption},
+		{"unknown policy", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithFailurePolicy(7)}, slidelimit.ErrInvalidOption},
+		{"nil clock", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithClock(nil)}, slidelimit.ErrInvalidOption},
+		{"nil observer", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithObserver(nil)}, slidelimit.ErrInvalidOption},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lim, err := slidelimit.New(tt.client, tt.limit, tt.opts...)
+			if !errors.Is(err, tt.want) || lim != nil {
+				t.Fatalf("New() = %v, %v, want nil, %v", lim, err, tt.want)
+			}
+			if !strings.HasPrefix(err.Error(), "slidelimit: ") {
+				t.Errorf("error %q does not start with the package name", err)
+			}
+		})
+	}
+}
+
+func TestAllowAdmitsQuotaThenDenies(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		limit := slidelimit.Per(5, 10*time.Second)
+		lim, _ := newLimiter(t, rdb, limit)
+		for i := 1; i <= 5; i++ {
+			res := allow(t, lim, "client")
+			if !res.Allowed || res.Remaining != 5-i || res.RetryAfter != 0 || res.Limit != limit || res.Fallback {
+				t.Fatalf("Allow #%d = %+v, want allowed with %d remaining", i, res, 5-i)
+			}
+			if res.ResetAfter <= 9*time.Second || res.ResetAfter > 10*time.Second {
+				t.Errorf("Allow #%d ResetAfter = %v, want just under 10s", i, res.ResetAfter)
+			}
+		}
+		res := allow(t, lim, "client")
+		if res.Allowed || res.Remaining != 0 || res.RetryAfter <= 0 || res.RetryAfter > 10*time.Second {
+			t.Fatalf("Allow #6 = %+v, want denied with 0 remaining and 0 < RetryAfter <= 10s", res)
+		}
+		if len(res.Statuses) != 1 || res.Statuses[0].RetryAfter != res.RetryAfter {
+			t.Errorf("Allow #6 Statuses = %+v, want one status matching the result", res.Statuses)
+		}
+	})
+}
+
+func TestAllowNCosts(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		lim, prefix := newLimiter(t, rdb, slidelimit.PerMinute(10))
+		ctx := t.Context()
+		steps := []struct {
+			n         int
+			allowed   bool
+			remaining int
+		}{{4, true, 6}, {6, true, 0}, {1, false, 0}}
+		for _, s := range steps {
+			res, err := lim.AllowN(ctx, "k", s.n)
+			if err != nil || res.Allowed != s.allowed || res.Remaining != s.remaining {
+				t.Fatalf("AllowN(%d) = %+v, %v, want allowed=%v remaining=%d", s.n, res, err, s.allowed, s.remaining)
+			}
+		}
+		key, _ := slidelimit.Key(prefix, "k", slidelimit.PerMinute(10))
+		if n := rdb.ZCard(ctx, key).Val(); n != 10 {
+			t.Errorf("ZCARD = %d, want 10 members for costs 4 and 6", n)
+		}
+	})
+}
+
+func TestAllowRejectsBadInput(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(10), slidelimit.WithLimits(slidelimit.PerSecond(3)))
+	ctx := t.Context()
+	for _, n := range []int{0, -1, 4, 1 << 40} {
+		res, err := lim.AllowN(ctx, "k", n)
+		if !errors.Is(err, slidelimit.ErrInvalidCost) || res.Allowed || res.Fallback {
+			t.Errorf("AllowN(%d) = %+v, %v, want not allowed, ErrInvalidCost", n, res, err)
+		}
+	}
+	res, err := lim.Allow(ctx, "")
+	if !errors.Is(err, slidelimit.ErrInvalidKey) || res.Allowed || res.Fallback {
+		t.Errorf("Allow(\"\") = %+v, %v, want not allowed, ErrInvalidKey", res, err)
+	}
+	if _, err := lim.Peek(ctx, ""); !errors.Is(err, slidelimit.ErrInvalidKey) {
+		t.Errorf("Peek(\"\") error = %v, want ErrInvalidKey", err)
+	}
+	if err := lim.Reset(ctx, ""); !errors.Is(err, slidelimit.ErrInvalidKey) {
+		t.Errorf("Reset(\"\") error = %v, want ErrInvalidKey", err)
+	}
+}
+
+// TestHostileIdentities runs identities that could break a naive key
+// scheme through Redis, on Cluster too where a stray brace would move the
+// hash slot and fail the script with CROSSSLOT.
+func TestHostileIdentities(t *testing.T) {
+	hostile := []string{
+		"{}", "}", "{", "a}b", "{a}", "}{", "%7B%7D", "#", "a:b:c", "\x00", "\x00\x01\xfe\xff",
+		"line\nbreak\r\n", " ", "é✓", strings.Repeat("x", 1<<16), strings.Repeat("{}", 5000),
+	}
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithLimits(slidelimit.PerHour(5)))
+		for _, id := range hostile {
+			if res := allow(t, lim, id); !res.Allowed {
+				t.Errorf("Allow(%.20q) #1 = %+v, want allowed: identities must not share keys", id, res)
+			}
+		}
+		for _, id := range hostile {
+			if res := allow(t, lim, id); res.Allowed {
+				t.Errorf("Allow(%.20q) #2 = %+v, want denied", id, res)
+			}
+		}
+	})
+}
+
+func TestIdentitiesAreIsolated(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(2))
+	for range 2 {
+		allow(t, lim, "alice")
+	}
+	if res := allow(t, lim, "alice"); res.Allowed {
+		t.Fatalf("Allow(alice) #3 = %+v, want denied", res)
+	}
+	if res := allow(t, lim, "bob"); !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("Allow(bob) = %+v, want allowed with 1 remaining", res)
+	}
+	// A limiter with another limit keeps its own count for the same identity.
+	other, err := slidelimit.New(rdb, slidelimit.PerMinute(3), slidelimit.WithPrefix(strings.TrimSuffix(redistest.Prefix(t), ":")+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := allow(t, other, "alice"); !res.Allowed {
+		t.Fatalf("other limit Allow(alice) = %+v, want allowed", res)
+	}
+}
+
+// TestDeniedRequestsAreNotRecorded floods one identity and checks that the
+// set never holds more than the quota, and that the key's expiry never
+// exceeds the window.
+func TestDeniedRequestsAreNotRecorded(t *testing.T) {
+	rdb := redistest.Client(t)
+	limit := slidelimit.Per(5, 2*time.Second)
+	lim, prefix := newLimiter(t, rdb, limit)
+	key, _ := slidelimit.Key(prefix, "flood", limit)
+	ctx := t.Context()
+	admitted := 0
+	for i := range 200 {
+		res := allow(t, lim, "flood")
+		if res.Allowed {
+			admitted++
+			pttl := rdb.PTTL(ctx, key).Val()
+			if pttl <= 0 || pttl > limit.Window {
+				t.Fatalf("after admit #%d PTTL = %v, want in (0, %v]", admitted, pttl, limit.Window)
+			}
+		}
+		if n := rdb.ZCard(ctx, key).Val(); n > 5 {
+			t.Fatalf("after call %d ZCARD = %d, want at most 5", i, n)
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("admitted %d of 200, want 5", admitted)
+	}
+}
+
+func TestIdleKeysExpire(t *testing.T) {
+	rdb := redistest.Client(t)
+	limit := slidelimit.Per(3, 50*time.Millisecond)
+	lim, prefix := newLimiter(t, rdb, limit, slidelimit.WithLimits(slidelimit.Per(10, 80*time.Millisecond)))
+	allow(t, lim, "idle")
+	k1, _ := slidelimit.Key(prefix, "idle", limit)
+	k2, _ := slidelimit.Key(prefix, "idle", slidelimit.Per(10, 80*time.Millisecond))
+	deadline := time.Now().Add(5 * time.Second)
+	for rdb.Exists(t.Context(), k1, k2).Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("keys %q, %q still exist 5s after an 80ms window", k1, k2)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestWindowSlides admits one request, then two more later, and checks that
+// when the first leaves the window exactly one slot reopens, at the time
+// RetryAfter predicted by Redis's clock.
+func TestWindowSlides(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		const window = 400 * time.Millisecond
+		lim, _ := newLimiter(t, rdb, slidelimit.Per(3, window))
+		t0 := redisNow(t, rdb)
+		allow(t, lim, "s")
+		for redisNow(t, rdb).Sub(t0) < 150*time.Millisecond {
+			time.Sleep(2 * time.Millisecond)
+		}
+		allow(t, lim, "s")
+		allow(t, lim, "s")
+		denied := allow(t, lim, "s")
+		deniedAt := redisNow(t, rdb)
+		if denied.Allowed {
+			t.Fatalf("Allow #4 = %+v, want denied", denied)
+		}
+		predicted := deniedAt.Add(denied.RetryAfter)
+		// The first request leaves at t0+window: RetryAfter must say so.
+		if d := predicted.Sub(t0.Add(window)).Abs(); d > 20*time.Millisecond {
+			t.Errorf("RetryAfter = %v predicts reopening %v from t0+window, want within 20ms", denied.RetryAfter, d)
+		}
+		// Poll until one slot reopens; it must not be before the prediction.
+		deadline := time.Now().Add(5 * time.Second)
+		var res slidelimit.Result
+		for {
+			res = allow(t, lim, "s")
+			if res.Allowed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no slot reopened within 5s; last %+v", res)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		reopened := redisNow(t, rdb)
+		if reopened.Before(t0.Add(window)) {
+			t.Errorf("slot reopened %v after t0, before the window of %v passed", reopened.Sub(t0), window)
+		}
+		if res.Remaining != 0 {
+			t.Errorf("after the reopening Remaining = %d, want 0: exactly one slot reopens", res.Remaining)
+		}
+		if res := allow(t, lim, "s"); res.Allowed {
+			t.Errorf("second Allow after one slot reopened = %+v, want denied", res)
+		}
+	})
+}
+
+func TestMultiLimitIsAtomic(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		tight, loose := slidelimit.Per(3, 10*time.Second), slidelimit.PerMinute(5)
+		lim, prefix := newLimiter(t, rdb, loose, slidelimit.WithLimits(tight))
+		ctx := t.Context()
+		kTight, _ := slidelimit.Key(prefix, "m", tight)
+		kLoose, _ := slidelimit.Key(prefix, "m", loose)
+		for i := 1; i <= 3; i++ {
+			res := allow(t, lim, "m")
+			if !res.Allowed || res.Limit != tight || res.Remaining != 3-i {
+				t.Fatalf("Allow #%d = %+v, want allowed, decided by %v with %d left", i, res, tight, 3-i)
+			}
+		}
+		before := [2][]string{rdb.ZRange(ctx, kTight, 0, -1).Val(), rdb.ZRange(ctx, kLoose, 0, -1).Val()}
+		res := allow(t, lim, "m")
+		if res.Allowed || res.Limit != tight {
+			t.Fatalf("Allow #4 = %+v, want denied by %v", res, tight)
+		}
+		if got := res.Statuses; len(got) != 2 || got[0].Limit != loose || got[0].Remaining != 2 || got[0].RetryAfter != 0 || got[1].RetryAfter == 0 {
+			t.Errorf("Allow #4 Statuses = %+v, want the loose limit with 2 left and only the tight one denying", got)
+		}
+		after := [2][]string{rdb.ZRange(ctx, kTight, 0, -1).Val(), rdb.ZRange(ctx, kLoose, 0, -1).Val()}
+		for i := range before {
+			if strings.Join(before[i], ",") != strings.Join(after[i], ",") || len(after[i]) != 3 {
+				t.Errorf("set %d changed on a denial: %q -> %q", i, before[i], after[i])
+			}
+		}
+		// A cost the tight limit cannot hold right now, for a fresh identity
+		// on the loose side, is also all or nothing.
+		res, err := lim.AllowN(ctx, "m2", 3)
+		if err != nil || !res.Allowed {
+			t.Fatalf("AllowN(m2, 3) = %+v, %v, want allowed", res, err)
+		}
+		if res, _ := lim.AllowN(ctx, "m2", 2); res.Allowed {
+			t.Fatalf("AllowN(m2, 2) = %+v, want denied", res)
+		}
+		k2, _ := slidelimit.Key(prefix, "m2", loose)
+		if n := rdb.ZCard(ctx, k2).Val(); n != 3 {
+			t.Errorf("loose set holds %d after a denied AllowN, want 3", n)
+		}
+	})
+}
+
+func TestPeekRecordsNothing(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(2))
+	ctx := t.Context()
+	for range 5 {
+		res, err := lim.Peek(ctx, "p")
+		if err != nil || !res.Allowed || res.Remaining != 2 {
+			t.Fatalf("Peek on a fresh identity = %+v, %v, want allowed with 2 remaining", res, err)
+		}
+	}
+	allow(t, lim, "p")
+	allow(t, lim, "p")
+	res, err := lim.Peek(ctx, "p")
+	if err != nil || res.Allowed || res.Remaining != 0 || res.RetryAfter <= 0 {
+		t.Fatalf("Peek on a full identity = %+v, %v, want denied with a RetryAfter", res, err)
+	}
+}
+
+func TestRefund(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(5), slidelimit.WithLimits(slidelimit.PerHour(50)))
+		ctx := t.Context()
+		first, err := lim.AllowN(ctx, "r", 3)
+		if err != nil || !first.Allowed {
+			t.Fatalf("AllowN(3) = %+v, %v", first, err)
+		}
+		second := allow(t, lim, "r")
+		for range 2 { // the second refund of the same request changes nothing
+			if err := lim.Refund(ctx, first); err != nil {
+				t.Fatalf("Refund = %v", err)
+			}
+			res, _ := lim.Peek(ctx, "r")
+			if res.Remaining != 4 || res.Statuses[1].Remaining != 49 {
+				t.Fatalf("after refunding cost 3, Peek = %+v, want 4 and 49 remaining", res)
+			}
+		}
+		denied, _ := lim.AllowN(ctx, "r", 5)
+		if denied.Allowed {
+			t.Fatalf("AllowN(5) = %+v, want denied", denied)
+		}
+		if err := lim.Refund(ctx, denied); err != nil {
+			t.Fatalf("Refund(denied) = %v, want nil", err)
+		}
+		if res, _ := lim.Peek(ctx, "r"); res.Remaining != 4 {
+			t.Fatalf("refunding a denial changed the count: %+v", res)
+		}
+		if err := lim.Refund(ctx, second); err != nil {
+			t.Fatal(err)
+		}
+		if res, _ := lim.Peek(ctx, "r"); res.Remaining != 5 {
+			t.Fatalf("after refunding everything, Peek = %+v, want 5 remaining", res)
+		}
+	})
+}
+
+func TestReset(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithLimits(slidelimit.PerHour(10)))
+	allow(t, lim, "x")
+	allow(t, lim, "y")
+	if err := lim.Reset(t.Context(), "x"); err != nil {
+		t.Fatalf("Reset = %v", err)
+	}
+	if res := allow(t, lim, "x"); !res.Allowed || res.Statuses[1].Remaining != 9 {
+		t.Fatalf("Allow(x) after Reset = %+v, want allowed with a fresh hourly count", res)
+	}
+	if res := allow(t, lim, "y"); res.Allowed {
+		t.Fatalf("Allow(y) = %+v: Reset(x) must not touch y", res)
+	}
+}
+
+// TestScriptReloadsAfterFlush checks EVALSHA falls back to EVAL when Redis
+// has forgotten the script.
+func TestScriptReloadsAfterFlush(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(3))
+	allow(t, lim, "f")
+	if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res := allow(t, lim, "f"); !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("Allow after SCRIPT FLUSH = %+v, want allowed with 1 remaining", res)
+	}
+}
+
+// TestRedisTimeIgnoresClientClocks shows why Redis TIME is the default: two
+// limiters whose client clocks are ten seconds apart disagree in client-clock
+// mode, while in Redis-TIME mode every client reads the same clock.
+func TestRedisTimeIgnoresClientClocks(t *testing.T) {
+	rdb := redistest.Client(t)
+	limit := slidelimit.Per(1, time.Second)
+	prefix := redistest.Prefix(t)
+	skewed := func(d time.Duration, opts ...slidelimit.Option) *slidelimit.Limiter {
+		opts = append(opts, slidelimit.WithPrefix(prefix), slidelimit.WithClock(func() time.Time { return time.Now().Add(d) }))
+		lim, err := slidelimit.New(rdb, limit, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim
+	}
+	ahead, behind := skewed(10*time.Second), skewed(0)
+	allow(t, ahead, "c") // recorded ten seconds in the future
+	res := allow(t, behind, "c")
+	if res.Allowed || res.RetryAfter < 10*time.Second {
+		t.Fatalf("client-clock mode: Allow on the correct clock = %+v, want denied for over 10s (the skew)", res)
+	}
+
+	// Redis-TIME mode: two limiters (two servers) share one clock, so the
+	// second sees the first's request exactly one window long.
+	shared := redistest.Prefix(t)
+	a, errA := slidelimit.New(rdb, limit, slidelimit.WithPrefix(shared))
+	b, errB := slidelimit.New(rdb, limit, slidelimit.WithPrefix(shared))
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	start := redisNow(t, rdb)
+	allow(t, a, "c")
+	res = allow(t, b, "c")
+	elapsed := redisNow(t, rdb).Sub(start)
+	if res.Allowed || res.RetryAfter > time.Second || res.RetryAfter < time.Second-elapsed-time.Millisecond {
+		t.Fatalf("Redis-TIME mode: Allow on the second limiter = %+v, want denied for the rest of one second by Redis's clock", res)
+	}
+}
+
+func TestObserver(t *testing.T) {
+	rdb := redistest.Client(t)
+	var mu sync.Mutex
+	var got []slidelimit.Observation
+	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithObserver(func(_ context.Context, o slidelimit.Observation) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, o)
+	}))
+	allow(t, lim, "o")
+	allow(t, lim, "o")
+	_, _ = lim.AllowN(t.Context(), "o", 0)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 {
+		t.Fatalf("observer saw %d decisions, want 3", len(got))
+	}
+	if o := got[0]; o.Identity != "o" || o.Cost != 1 || !o.Result.Allowed || o.Err != nil || o.Latency <= 0 {
+		t.Errorf("first observation = %+v", o)
+	}
+	if o := got[1]; o.Result.Allowed || o.Err != nil {
+		t.Errorf("second observation = %+v, want a denial without error", o)
+	}
+	if o := got[2]; !errors.Is(o.Err, slidelimit.ErrInvalidCost) {
+		t.Errorf("third observation Err = %v, want ErrInvalidCost", o.Err)
+	}
+}
+
+func TestFailurePolicy(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	open, _ := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithTimeout(200*time.Millisecond))
+	closed, _ := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithTimeout(200*time.Millisecond),
+		slidelimit.WithFailurePolicy(slidelimit.FailClosed))
+	allow(t, open, "f")
+	allow(t, closed, "f")
+	srv.Stop()
+
+	ctx := t.Context()
+	res, err := open.Allow(ctx, "f")
+	if !errors.Is(err, slidelimit.ErrUnavailable) || !res.Allowed || !res.Fallback || res.Statuses != nil {
+		t.Errorf("fail-open Allow with Redis down = %+v, %v, want allowed fallback and ErrUnavailable", res, err)
+	}
+	if f := fields(slidelimit.Headers{}, res); f != "" {
+		t.Errorf("fail-open headers = %q, want none", f)
+	}
+	res, err = closed.Allow(ctx, "f")
+	if !errors.Is(err, slidelimit.ErrUnavailable) || res.Allowed || !res.Fallback || res.RetryAfter != time.Second {
+		t.Errorf("fail-closed Allow with Redis down = %+v, %v, want denied fallback with RetryAfter 1s", res, err)
+	}
+	if f := fields(slidelimit.Headers{}, res); f != "Retry-After: 1\n" {
+		t.Errorf("fail-closed headers = %q, want Retry-After only", f)
+	}
+	if err := open.Refund(ctx, res); err != nil {
+		t.Errorf("Refund(fallback) = %v, want nil: there is nothing to refund", err)
+	}
+	if err := open.Reset(ctx, "f"); !errors.Is(err, slidelimit.ErrUnavailable) {
+		t.Errorf("Reset with Redis down = %v, want ErrUnavailable", err)
+	}
+
+	srv.Restart()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err = closed.Allow(ctx, "f")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision from Redis 5s after it restarted: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !res.Allowed || res.Fallback {
+		t.Fatalf("first Allow after restart = %+v, want a real admit (the restarted Redis is empty)", res)
+	}
+}
