@@ -89,6 +89,7 @@ type Server struct {
 	Addr string
 
 	t      testing.TB
+	bin    string
 	mu     sync.Mutex
 	proc   *os.Process   // nil while stopped
 	exited chan struct{} // closed when proc has exited
@@ -99,27 +100,74 @@ type Server struct {
 // persistence off, and stops it when the test ends.
 func StartServer(t testing.TB) *Server {
 	t.Helper()
-	bin := os.Getenv(EnvServer)
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			unavailable(t, "redis-server is not on PATH")
+	bin, err := serverBinary()
+	if err != nil {
+		unavailable(t, err.Error())
+	}
+	s, err := startFree(bin)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	s.t = t
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Main runs a package's tests and examples with REDIS_ADDR naming a Redis:
+// the harness's standalone server, or else a private one started for the
+// run and stopped after it. Call it from TestMain, so that Example
+// functions, which cannot ask for a testing.T, connect with
+// redis.Options{Addr: os.Getenv("REDIS_ADDR")}:
+//
+//	func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+//
+// Without a harness or a redis-server binary, REDIS_ADDR is left alone and
+// the examples that need Redis fail; the tests skip or fail as usual.
+func Main(m *testing.M) int {
+	addr := os.Getenv(EnvAddr)
+	if addr == "" {
+		if bin, err := serverBinary(); err == nil {
+			s, err := startFree(bin)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "redistest: %v\n", err)
+				return 1
+			}
+			defer s.Stop()
+			addr = s.Addr
 		}
 	}
+	if addr != "" {
+		_ = os.Setenv("REDIS_ADDR", addr)
+	}
+	return m.Run()
+}
+
+func serverBinary() (string, error) {
+	if bin := os.Getenv(EnvServer); bin != "" {
+		return bin, nil
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", errors.New("redis-server is not on PATH")
+	}
+	return bin, nil
+}
+
+// startFree starts a server on a free loopback port, trying a few ports in
+// case another process takes one first.
+func startFree(bin string) (*Server, error) {
 	var lastErr error
 	for range 5 {
 		port, err := freePort()
 		if err != nil {
-			t.Fatalf("redistest: find a free port: %v", err)
+			return nil, fmt.Errorf("find a free port: %w", err)
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), t: t}
-		if lastErr = s.start(bin); lastErr == nil {
-			t.Cleanup(s.Stop)
-			return s
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin}
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
 		}
 	}
-	t.Fatalf("redistest: start redis-server: %v", lastErr)
-	return nil
+	return nil, fmt.Errorf("start redis-server: %w", lastErr)
 }
 
 // Stop kills the server at once, as a crash or a network cut would, and
@@ -139,13 +187,9 @@ func (s *Server) Stop() {
 // waits until it answers.
 func (s *Server) Restart() {
 	s.t.Helper()
-	bin := os.Getenv(EnvServer)
-	if bin == "" {
-		bin = "redis-server"
-	}
 	var err error
 	for range 50 { // the port may linger for a moment after a kill
-		if err = s.start(bin); err == nil {
+		if err = s.start(); err == nil {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -153,14 +197,14 @@ func (s *Server) Restart() {
 	s.t.Fatalf("redistest: restart redis-server on %s: %v", s.Addr, err)
 }
 
-func (s *Server) start(bin string) error {
+func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proc != nil {
 		return errors.New("already running")
 	}
 	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1",
+	cmd := exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", os.TempDir())
 	s.out = new(bytes.Buffer)
 	cmd.Stdout, cmd.Stderr = s.out, s.out

@@ -1,0 +1,128 @@
+package slidelimit_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+)
+
+func Example() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+
+	// Three requests in any 10 seconds, shared by every process on this Redis.
+	lim, err := slidelimit.New(rdb, slidelimit.Per(3, 10*time.Second))
+	if err != nil {
+		panic(err) // an invalid limit or option
+	}
+	_ = lim.Reset(ctx, "user:42") // start this example from a clean slate
+
+	for range 4 {
+		res, err := lim.Allow(ctx, "user:42")
+		if err != nil {
+			fmt.Println("redis failed, decided by the failure policy:", err)
+		}
+		if res.Allowed {
+			fmt.Println("allowed, remaining", res.Remaining)
+		} else {
+			fmt.Println("denied, retry within", res.RetryAfter.Round(10*time.Second))
+		}
+	}
+	// Output:
+	// allowed, remaining 2
+	// allowed, remaining 1
+	// allowed, remaining 0
+	// denied, retry within 10s
+}
+
+func ExampleWithLimits() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+
+	// A burst limit and a daily quota, decided together: a request counts
+	// under both or under neither.
+	lim, err := slidelimit.New(rdb, slidelimit.PerSecond(2).Named("burst"),
+		slidelimit.WithLimits(slidelimit.PerDay(1000).Named("daily")))
+	if err != nil {
+		panic(err)
+	}
+	_ = lim.Reset(ctx, "api-key:7f3a")
+
+	for range 3 {
+		res, _ := lim.Allow(ctx, "api-key:7f3a")
+		fmt.Printf("allowed=%v decided by %s; daily left %d\n", res.Allowed, res.Limit, res.Statuses[1].Remaining)
+	}
+	// Output:
+	// allowed=true decided by burst; daily left 999
+	// allowed=true decided by burst; daily left 998
+	// allowed=false decided by burst; daily left 998
+}
+
+func ExampleLimiter_Refund() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(10))
+	if err != nil {
+		panic(err)
+	}
+	_ = lim.Reset(ctx, "upload:alice")
+
+	// An upload of 4 units that then fails need not count.
+	res, _ := lim.AllowN(ctx, "upload:alice", 4)
+	fmt.Println("after the upload:", res.Remaining)
+	if err := lim.Refund(ctx, res); err != nil {
+		fmt.Println(err)
+	}
+	res, _ = lim.Peek(ctx, "upload:alice")
+	fmt.Println("after the refund:", res.Remaining)
+	// Output:
+	// after the upload: 6
+	// after the refund: 10
+}
+
+func ExampleHeaders_Write() {
+	limit := slidelimit.Per(5, 10*time.Second)
+	res := slidelimit.Result{
+		Limit: limit, RetryAfter: 7200 * time.Millisecond, ResetAfter: 9 * time.Second,
+		Statuses: []slidelimit.Status{{Limit: limit, RetryAfter: 7200 * time.Millisecond, ResetAfter: 9 * time.Second}},
+	}
+	slidelimit.Headers{}.Write(res, func(name, value string) {
+		fmt.Printf("%s: %s\n", name, value)
+	})
+	// Output:
+	// RateLimit-Policy: "5/10s";q=5;w=10
+	// RateLimit: "5/10s";r=0;t=8
+	// X-Ratelimit-Limit: 5
+	// X-Ratelimit-Remaining: 0
+	// X-Ratelimit-Reset: 8
+	// Retry-After: 8
+}
+
+func ExampleKey() {
+	for _, identity := range []string{"user:42", "a}b{c", "\x00\n"} {
+		key, _ := slidelimit.Key(slidelimit.DefaultPrefix, identity, slidelimit.PerMinute(100))
+		fmt.Println(key)
+	}
+	// Output:
+	// slidelimit:{user:42}:100/1m
+	// slidelimit:{a%7Db%7Bc}:100/1m
+	// slidelimit:{%00%0A}:100/1m
+}
+
+func ExampleIPIdentity() {
+	fmt.Println(slidelimit.IPIdentity("203.0.113.9", 0))
+	fmt.Println(slidelimit.IPIdentity("2001:db8:5:6:7:8:9:a", 0))
+	fmt.Println(slidelimit.JoinIdentities("POST /login", slidelimit.IPIdentity("203.0.113.9", 0)))
+	// Output:
+	// ip:203.0.113.9
+	// ip:2001:db8:5:6::/64
+	// POST /login|ip:203.0.113.9
+}
