@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +91,7 @@ type Server struct {
 
 	t      testing.TB
 	bin    string
+	args   []string
 	mu     sync.Mutex
 	proc   *os.Process   // nil while stopped
 	exited chan struct{} // closed when proc has exited
@@ -97,14 +99,16 @@ type Server struct {
 }
 
 // StartServer starts a private redis-server on a free loopback port, with
-// persistence off, and stops it when the test ends.
-func StartServer(t testing.TB) *Server {
+// persistence off, and stops it when the test ends. Extra arguments are
+// passed to redis-server after the defaults, as "--replicaof", "127.0.0.1",
+// "6379" would be.
+func StartServer(t testing.TB, args ...string) *Server {
 	t.Helper()
 	bin, err := serverBinary()
 	if err != nil {
 		unavailable(t, err.Error())
 	}
-	s, err := startFree(bin)
+	s, err := startFree(bin, args...)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
@@ -155,14 +159,14 @@ func serverBinary() (string, error) {
 
 // startFree starts a server on a free loopback port, trying a few ports in
 // case another process takes one first.
-func startFree(bin string) (*Server, error) {
+func startFree(bin string, args ...string) (*Server, error) {
 	var lastErr error
 	for range 5 {
 		port, err := freePort()
 		if err != nil {
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, args: args}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -204,8 +208,15 @@ func (s *Server) start() error {
 		return errors.New("already running")
 	}
 	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", os.TempDir())
+	args := []string{"--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", os.TempDir()}
+	if len(s.args) > 0 && !strings.HasPrefix(s.args[0], "-") {
+		// A configuration file must come first.
+		args = append(s.args[:1:1], append(args, s.args[1:]...)...)
+	} else {
+		args = append(args, s.args...)
+	}
+	cmd := exec.Command(s.bin, args...)
 	s.out = new(bytes.Buffer)
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	if err := cmd.Start(); err != nil {
@@ -236,6 +247,26 @@ func (s *Server) start() error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// StartSentinel starts a Redis Sentinel on a free loopback port that
+// monitors the primary at primaryAddr under the name master, with a quorum
+// of one and short timeouts so that failovers finish in about a second. It
+// is stopped when the test ends.
+func StartSentinel(t testing.TB, master, primaryAddr string) *Server {
+	t.Helper()
+	host, port, err := net.SplitHostPort(primaryAddr)
+	if err != nil {
+		t.Fatalf("redistest: primary address %q: %v", primaryAddr, err)
+	}
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	body := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 1\n"+
+		"sentinel down-after-milliseconds %[1]s 500\n"+
+		"sentinel failover-timeout %[1]s 2000\n", master, host, port)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatalf("redistest: write sentinel config: %v", err)
+	}
+	return StartServer(t, conf, "--sentinel")
 }
 
 func freePort() (int, error) {
