@@ -75,11 +75,20 @@ func ClusterClient(t testing.TB) *redis.ClusterClient {
 }
 
 // Prefix returns a key prefix no other test or run shares, so that tests
-// can run in parallel against one server.
+// can run in parallel against one server. It names the test (its last 36
+// bytes) and is at most 61 bytes, within slidelimit's limit of 64.
 func Prefix(t testing.TB) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	name := strings.NewReplacer("/", ".", " ", "_", "{", "", "}", "").Replace(t.Name())
+	name := strings.Map(func(r rune) rune {
+		if r <= ' ' || r >= 0x7F || r == '{' || r == '}' {
+			return '_'
+		}
+		return r
+	}, t.Name())
+	if len(name) > 36 { // keep the prefix within slidelimit's 64 bytes
+		name = name[len(name)-36:]
+	}
 	return "test:" + name + ":" + hex.EncodeToString(b[:]) + ":"
 }
 
