@@ -1,4 +1,40 @@
 // Package httplimit limits net/http handlers with a slidelimit.Limiter, and
-// holds the HTTP pieces every HTTP adapter shares: the problem+json body of a
-// denial and the status of a failure.
+// holds the HTTP pieces every HTTP adapter of this project shares: the
+// problem+json body of a denial, the status of a failure, and the
+// identities of the common keys.
+//
+// New returns middleware of the shape func(http.Handler) http.Handler, which
+// http.ServeMux, chi and gorilla/mux all take:
+//
+//	lim, err := slidelimit.New(rdb, slidelimit.Per(5, 10*time.Second))
+//	if err != nil {
+//		return err
+//	}
+//	mux := http.NewServeMux()
+//	mux.Handle("GET /ping", httplimit.New(lim)(ping))
+//
+// Every decided response carries the rate-limit headers of
+// slidelimit.Headers. A denial is answered 429 Too Many Requests with
+// Retry-After and an application/problem+json body (Problem).
+//
+// # Keys and proxies
+//
+// By default requests are limited per client IP, taken from r.RemoteAddr;
+// IPv6 clients are grouped by /64. Forwarding headers such as
+// X-Forwarded-For are ignored unless the peer is a proxy listed in a
+// ClientIP's TrustedProxies, since any client can send them:
+//
+//	ips := httplimit.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+//	mw := httplimit.New(lim, httplimit.WithKey(ips.Key))
+//
+// KeyByHeader, KeyByContext and KeyByPattern key by an API key, an
+// authenticated user or a route; JoinKeys and FirstKey combine keys, and
+// any KeyFunc works.
+//
+// # Failures
+//
+// When Redis fails, the limiter's FailurePolicy decides: fail-open (the
+// default) passes the request on without rate-limit headers, fail-closed
+// answers 503 with Retry-After. Every error goes to the error hook, which
+// logs with log/slog unless WithErrorHook replaces it.
 package httplimit
