@@ -1,0 +1,95 @@
+package ginlimit_test
+
+import (
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	ginlimit "github.com/slidelimit/slidelimit/gin"
+)
+
+// Limit one route to 5 requests per 10 seconds per client IP.
+func ExampleNew() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	lim, err := slidelimit.New(rdb, slidelimit.Per(5, 10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := gin.New()
+	r.GET("/ping", ginlimit.New(lim), func(c *gin.Context) {
+		c.String(http.StatusOK, "pong")
+	})
+	_ = r.Run(":8080")
+}
+
+// Behind a load balancer: tell Gin which proxies to believe, then key by
+// the client IP Gin resolves.
+func ExampleKeyByClientIP() {
+	r := gin.New()
+	if err := r.SetTrustedProxies([]string{"10.0.0.0/8"}); err != nil {
+		log.Fatal(err)
+	}
+	r.GET("/", func(c *gin.Context) {
+		fmt.Println(ginlimit.KeyByClientIP(c))
+	})
+
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Set("X-Forwarded-For", "198.51.100.7")
+	req.RemoteAddr = "10.1.2.3:40000" // the load balancer
+	r.ServeHTTP(httptest.NewRecorder(), req)
+	req.RemoteAddr = "203.0.113.9:40000" // a client that forged the header
+	r.ServeHTTP(httptest.NewRecorder(), req)
+	// Output:
+	// ip:198.51.100.7 <nil>
+	// ip:203.0.113.9 <nil>
+}
+
+// Give each signed-in user a quota per route, and anonymous clients one per
+// IP and route.
+func ExampleJoinKeys() {
+	key := ginlimit.JoinKeys(ginlimit.KeyByRoute, ginlimit.FirstKey(ginlimit.KeyByContext(gin.AuthUserKey), ginlimit.KeyByIP))
+
+	r := gin.New()
+	r.GET("/items/:id", func(c *gin.Context) {
+		fmt.Println(key(c))
+		c.Set(gin.AuthUserKey, "alice") // as gin.BasicAuth would
+		fmt.Println(key(c))
+	})
+	req := httptest.NewRequest(http.MethodGet, "/items/42", nil)
+	req.RemoteAddr = "203.0.113.9:40000"
+	r.ServeHTTP(httptest.NewRecorder(), req)
+	// Output:
+	// route:GET /items/:id|ip:203.0.113.9 <nil>
+	// route:GET /items/:id|ctx:alice <nil>
+}
+
+// Different limits per route: a tight one for search, a general one for the
+// rest of the API, each client counted per route.
+func ExampleWithLimiterFunc() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	general, err := slidelimit.New(rdb, slidelimit.PerMinute(300), slidelimit.WithLimits(slidelimit.PerSecond(10)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	search, err := slidelimit.New(rdb, slidelimit.PerMinute(30).Named("search"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := gin.New()
+	api := r.Group("/api", ginlimit.New(general,
+		ginlimit.WithKey(ginlimit.JoinKeys(ginlimit.KeyByRoute, ginlimit.KeyByIP)),
+		ginlimit.WithLimiterFunc(func(c *gin.Context) *slidelimit.Limiter {
+			if c.FullPath() == "/api/search" {
+				return search
+			}
+			return nil // general
+		}),
+		ginlimit.WithRefundFailed(),
+	))
+	api.GET("/search", func(c *gin.Context) { c.String(http.StatusOK, "results") })
+}
