@@ -1,0 +1,139 @@
+// Command gin is a Gin server whose GET /ping is limited to 5 requests per
+// 10 seconds per client IP, one limit shared through Redis by every
+// instance of the server.
+//
+// Environment:
+//
+//	ADDR                 listen address (default ":8080")
+//	REDIS_URL            Redis to use (default "redis://127.0.0.1:6379/0")
+//	REDIS_CLUSTER_ADDRS  host:port,host:port,... selects Redis Cluster instead
+//	TRUSTED_PROXIES      CIDRs or IPs of proxies whose X-Forwarded-For to
+//	                     believe, comma-separated (default: none)
+//	GIN_MODE             debug (default), release or test, as for any Gin app
+//
+// It stops gracefully on SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	ginlimit "github.com/slidelimit/slidelimit/gin"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run serves until ctx is done, then shuts down gracefully.
+func run(ctx context.Context) error {
+	rdb, err := newRedis()
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := rdb.Ping(pingCtx).Err(); err != nil {
+		log.Printf("redis does not answer yet (requests pass unlimited until it does): %v", err)
+	}
+	cancel()
+
+	lim, err := slidelimit.New(rdb, slidelimit.Per(5, 10*time.Second))
+	if err != nil {
+		return err
+	}
+	router, err := newRouter(lim, splitList(os.Getenv("TRUSTED_PROXIES")))
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", envOr("ADDR", ":8080"))
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: router, ReadHeaderTimeout: 10 * time.Second}
+	log.Printf("listening on %s", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Print("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newRouter routes GET /ping through the limiter, keyed by client IP, and
+// GET /healthz around it. Only the listed proxies' X-Forwarded-For is
+// believed; with none, the client IP is the peer address.
+func newRouter(lim *slidelimit.Limiter, trustedProxies []string) (*gin.Engine, error) {
+	r := gin.New()
+	r.Use(gin.Logger(), gin.Recovery())
+	// Gin trusts every proxy until told otherwise; nil trusts none.
+	if err := r.SetTrustedProxies(trustedProxies); err != nil {
+		return nil, fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	}
+	limit := ginlimit.New(lim, ginlimit.WithKey(ginlimit.KeyByClientIP))
+
+	r.GET("/ping", limit, func(c *gin.Context) { c.String(http.StatusOK, "pong\n") })
+	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
+	return r, nil
+}
+
+// newRedis returns a cluster client if REDIS_CLUSTER_ADDRS is set, and a
+// client of REDIS_URL otherwise.
+func newRedis() (redis.UniversalClient, error) {
+	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")}), nil
+	}
+	opt, err := redis.ParseURL(envOr("REDIS_URL", "redis://127.0.0.1:6379/0"))
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	return redis.NewClient(opt), nil
+}
+
+// splitList splits a comma-separated list, dropping empty items; an empty
+// list is nil.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
