@@ -2,6 +2,7 @@ package slidelimit
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -15,6 +16,7 @@ import (
 // that uses the same Redis and key prefix. It is safe for concurrent use.
 type Limiter struct {
 	client   redis.Scripter
+	bounded  bool // the client itself gives up at a context's deadline
 	cfg      config
 	suffixes []string // per limit: "}:" + Limit.String()
 	quotaArg []any    // per limit: quota, window in µs, as the script reads them
@@ -45,7 +47,7 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	l := &Limiter{client: client, cfg: cfg, minQuota: MaxQuota}
+	l := &Limiter{client: client, cfg: cfg, minQuota: MaxQuota, bounded: honoursDeadlines(client)}
 	seen := make(map[string]bool, len(cfg.limits))
 	for _, lim := range cfg.limits {
 		if err := lim.Validate(); err != nil {
@@ -87,13 +89,14 @@ func (l *Limiter) Allow(ctx context.Context, identity string) (Result, error) {
 // ErrUnavailable together with the Result the FailurePolicy chose, marked
 // Fallback; callers act on Result.Allowed and report the error. Each call
 // carries a unique request id, so a call that go-redis retries after a lost
-// reply is counted once.
+// reply is counted once; to retry a call yourself, give the attempts one id
+// with ContextWithRequestID.
 func (l *Limiter) AllowN(ctx context.Context, identity string, n int) (Result, error) {
 	if n < 1 || n > l.minQuota {
 		err := fmt.Errorf("%w: cost %d is outside 1..%d", ErrInvalidCost, n, l.minQuota)
 		return l.observe(ctx, identity, n, time.Now(), Result{Limit: l.cfg.limits[0]}, err)
 	}
-	return l.decide(ctx, identity, n, newRequestID())
+	return l.decide(ctx, identity, n, requestID(ctx))
 }
 
 // Peek reports whether identity could make a request of cost 1 now, and the
@@ -113,9 +116,12 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 	args = append(args, n, id, l.now())
 	args = append(args, l.quotaArg...)
 
-	runCtx, cancel := l.withTimeout(ctx)
-	reply, err := allowScript.Run(runCtx, l.client, keys, args...).Int64Slice()
-	cancel()
+	var reply []int64
+	err = l.run(ctx, func(ctx context.Context) error {
+		var err error
+		reply, err = allowScript.Run(ctx, l.client, keys, args...).Int64Slice()
+		return err
+	})
 	if err != nil {
 		res, err := l.fallback(fmt.Errorf("allow script: %w", err))
 		return l.observe(ctx, identity, n, start, res, err)
@@ -169,9 +175,10 @@ func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	if err := refundScript.Run(ctx, l.client, keys, a.id, a.cost).Err(); err != nil {
+	err = l.run(ctx, func(ctx context.Context) error {
+		return refundScript.Run(ctx, l.client, keys, a.id, a.cost).Err()
+	})
+	if err != nil {
 		return fmt.Errorf("%w: refund script: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -184,9 +191,10 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	if err := resetScript.Run(ctx, l.client, keys).Err(); err != nil {
+	err = l.run(ctx, func(ctx context.Context) error {
+		return resetScript.Run(ctx, l.client, keys).Err()
+	})
+	if err != nil {
 		return fmt.Errorf("%w: reset script: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -213,11 +221,45 @@ func (l *Limiter) now() string {
 	return strconv.FormatInt(l.cfg.clock().UnixMicro(), 10)
 }
 
-func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.cfg.timeout <= 0 {
-		return ctx, func() {}
+// run calls do with ctx bounded by the limiter's timeout, and returns by
+// the deadline even when the client would wait longer. go-redis gives up at
+// a context's deadline only with ContextTimeoutEnabled; otherwise it waits
+// for its own ReadTimeout (3 s by default), so do runs on a goroutine of its
+// own, which finishes or fails with the client's timeouts after run returned.
+// Either way Redis may still execute a command that was sent.
+func (l *Limiter) run(ctx context.Context, do func(context.Context) error) error {
+	if l.cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
+		defer cancel()
 	}
-	return context.WithTimeout(ctx, l.cfg.timeout)
+	if l.bounded {
+		return do(ctx)
+	}
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return do(ctx) // nothing could end the wait early
+	}
+	done := make(chan error, 1)
+	go func() { done <- do(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// honoursDeadlines reports whether client gives up at a context's deadline.
+func honoursDeadlines(client redis.Scripter) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // fallback returns the FailurePolicy's Result for a Redis failure.
@@ -234,6 +276,35 @@ func (l *Limiter) observe(ctx context.Context, identity string, n int, start tim
 		l.cfg.observe(ctx, Observation{Identity: identity, Cost: n, Result: res, Err: err, Latency: time.Since(start)})
 	}
 	return res, err
+}
+
+type requestIDKey struct{}
+
+// ContextWithRequestID returns a copy of ctx that makes AllowN record the
+// request under id, so that an application which retries a call whose
+// outcome it does not know (a timeout, a fail-open fallback) is counted
+// once: pass the same context, or one with the same id, to each attempt of
+// one logical request. The attempts must also carry the same identity and
+// cost. Without it every call gets a fresh random id, which already makes
+// go-redis's own retries safe.
+//
+// The id must be unique per logical request across every server sharing
+// the limit, such as a request id your service generates. Never take it
+// from a client unchecked: a client repeating one id would be admitted
+// again and again without being counted. The id may hold any bytes; it is
+// reduced to 8 bytes by SHA-256.
+func ContextWithRequestID(ctx context.Context, id string) context.Context {
+	sum := sha256.Sum256([]byte(id))
+	return context.WithValue(ctx, requestIDKey{}, string(sum[:8]))
+}
+
+// requestID returns the request id ContextWithRequestID put in ctx, or a
+// new random one.
+func requestID(ctx context.Context) string {
+	if id, ok := ctx.Value(requestIDKey{}).(string); ok {
+		return id
+	}
+	return newRequestID()
 }
 
 // newRequestID returns 8 random bytes. Members of one key are compared only

@@ -546,3 +546,24 @@ func TestFailurePolicy(t *testing.T) {
 		t.Fatalf("first Allow after restart = %+v, want a real admit (the restarted Redis is empty)", res)
 	}
 }
+
+// TestContextWithRequestID retries one logical request, as an application
+// does after a timeout, and checks it counts once.
+func TestContextWithRequestID(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(3))
+	first := slidelimit.ContextWithRequestID(t.Context(), "req-1")
+	for i := range 3 {
+		res, err := lim.Allow(first, "u")
+		if err != nil || !res.Allowed || res.Remaining != 2 {
+			t.Fatalf("attempt %d of req-1 = %+v, %v, want allowed with 2 remaining", i+1, res, err)
+		}
+	}
+	second := slidelimit.ContextWithRequestID(t.Context(), "req-2")
+	if res, err := lim.Allow(second, "u"); err != nil || res.Remaining != 1 {
+		t.Fatalf("req-2 = %+v, %v, want 1 remaining", res, err)
+	}
+	if res := allow(t, lim, "u"); !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("a request without an id = %+v, want allowed with 0 remaining", res)
+	}
+}

@@ -90,6 +90,14 @@ func WithPrefix(prefix string) Option {
 // WithTimeout bounds each call's Redis round trip, so that a slow or dead
 // Redis costs a request at most d before the FailurePolicy decides. The
 // default is DefaultTimeout; zero means no bound beyond the caller's context.
+//
+// The bound holds whatever the client's settings. With go-redis's
+// ContextTimeoutEnabled the client itself gives up at the deadline;
+// without it the limiter stops waiting and the abandoned command finishes
+// within the client's ReadTimeout, holding a pooled connection until then.
+// A command that reached Redis before the deadline may still run: a request
+// decided by FailClosed may then count, one decided by FailOpen is counted
+// as the admission it was.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
