@@ -1,0 +1,92 @@
+package integration
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
+)
+
+// The benchmark's key pattern, shared with the redis-benchmark run in
+// scripts/bench.sh: benchPrefix + "{" + a 12-digit identity below
+// benchKeyspace + "}:" + benchLimit.String(), that is
+// bench:go:{000000012345}:1000000/1m. The quota is so large that every
+// call is admitted, so every call writes.
+const (
+	benchPrefix   = "bench:go:"
+	benchKeyspace = 100_000
+)
+
+var benchLimit = slidelimit.Per(slidelimit.MaxQuota, time.Minute)
+
+// BenchmarkAllow measures Allow against the harness's standalone Redis from
+// 1, 16, 64 and 256 goroutines, each level with a connection pool of that
+// many connections (as redis-benchmark -c opens that many clients), and
+// reports decisions per second. Run it with scripts/bench.sh (make bench),
+// which sets a fixed iteration count and runs redis-benchmark beside it.
+func BenchmarkAllow(b *testing.B) {
+	addr := redistest.Client(b).Options().Addr
+	for _, g := range []int{1, 16, 64, 256} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: g})
+			b.Cleanup(func() { _ = rdb.Close() })
+			lim, err := slidelimit.New(rdb, benchLimit,
+				slidelimit.WithPrefix(benchPrefix), slidelimit.WithTimeout(10*time.Second))
+			if err != nil {
+				b.Fatalf("slidelimit.New(%v) = %v", benchLimit, err)
+			}
+			// Open every connection and load the script before timing.
+			var wg sync.WaitGroup
+			for range g {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := lim.Peek(b.Context(), benchIdentity()); err != nil {
+						b.Errorf("Peek = %v", err)
+					}
+				}()
+			}
+			wg.Wait()
+
+			var next, failed atomic.Int64
+			var firstErr atomic.Value
+			b.ResetTimer()
+			start := time.Now()
+			for range g {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(b.N) {
+						res, err := lim.Allow(b.Context(), benchIdentity())
+						if err == nil && !res.Allowed {
+							err = fmt.Errorf("denied under a quota of %d", benchLimit.Quota)
+						}
+						if err != nil {
+							failed.Add(1)
+							firstErr.CompareAndSwap(nil, err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if n := failed.Load(); n > 0 {
+				b.Fatalf("%d of %d calls were not admitted by Redis; first: %v", n, b.N, firstErr.Load())
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+		})
+	}
+}
+
+// benchIdentity returns a random identity in the form redis-benchmark's
+// __rand_int__ takes: 12 digits, zero-padded.
+func benchIdentity() string {
+	return fmt.Sprintf("%012d", rand.IntN(benchKeyspace))
+}

@@ -1,0 +1,113 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+)
+
+// TestNoScriptRecovery flushes Redis's script cache (SCRIPT FLUSH, on every
+// primary of a cluster) again and again while 16 goroutines share one
+// limit, as a restart, failover or new shard would. Every call must still be
+// decided by Redis, with no error, and the count must stay exact. A hook
+// counts the NOSCRIPT replies, to prove the flushes hit calls in flight.
+func TestNoScriptRecovery(t *testing.T) {
+	const (
+		quota      = 200
+		calls      = 400
+		goroutines = 16
+		flushEvery = 40 // decisions
+	)
+	limit := slidelimit.PerMinute(quota)
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := be.client(t)
+			noscript := &noscriptCounter{}
+			rdb.AddHook(noscript)
+			prefix := testPrefix(t)
+			const identity = "flushed"
+
+			var decisions, flushes atomic.Int64
+			var flushErr atomic.Value
+			flush := func(ctx context.Context, _ slidelimit.Observation) {
+				if decisions.Add(1)%flushEvery != 0 {
+					return
+				}
+				err := forEachMaster(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
+					return c.ScriptFlush(ctx).Err()
+				})
+				if err != nil {
+					flushErr.CompareAndSwap(nil, err)
+					return
+				}
+				flushes.Add(1)
+			}
+			lim := newLimiter(t, rdb, prefix, limit,
+				slidelimit.WithTimeout(10*time.Second), slidelimit.WithObserver(flush))
+
+			var next, allowed atomic.Int64
+			var firstErr atomic.Value
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= calls {
+						res, err := lim.Allow(t.Context(), identity)
+						if err != nil {
+							firstErr.CompareAndSwap(nil, err)
+						} else if res.Allowed {
+							allowed.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+
+			if err := flushErr.Load(); err != nil {
+				t.Fatalf("SCRIPT FLUSH: %v", err)
+			}
+			if err := firstErr.Load(); err != nil {
+				t.Errorf("Allow(%q) after SCRIPT FLUSH = %v, want a decision from Redis", identity, err)
+			}
+			if got := allowed.Load(); got != quota {
+				t.Errorf("Allow(%q) admitted %d of %d calls, want %d", identity, got, calls, quota)
+			}
+			if got := zcard(t, rdb, prefix, identity, limit); got != quota {
+				t.Errorf("ZCARD = %d, want %d", got, quota)
+			}
+			if flushes.Load() == 0 || noscript.n.Load() == 0 {
+				t.Errorf("%d flushes caused %d NOSCRIPT replies, want both above 0: the test did not exercise the reload",
+					flushes.Load(), noscript.n.Load())
+			}
+			t.Logf("%d flushes during %d calls caused %d NOSCRIPT replies, all reloaded", flushes.Load(), calls, noscript.n.Load())
+		})
+	}
+}
+
+// noscriptCounter is a go-redis hook that counts EVALSHA calls answered
+// NOSCRIPT.
+type noscriptCounter struct{ n atomic.Int64 }
+
+func (h *noscriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *noscriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "evalsha" && err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			h.n.Add(1)
+		}
+		return err
+	}
+}
+
+func (h *noscriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
