@@ -1,0 +1,47 @@
+// Package grpclimit limits gRPC calls with slidelimit: an exact sliding
+// window shared through Redis by every replica of a service, answered the
+// way gRPC clients understand.
+//
+// Create a slidelimit.Limiter once and install both server interceptors:
+//
+//	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(100))
+//	if err != nil {
+//		return err
+//	}
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, grpclimit.WithSkip("grpc.health.v1.Health"))),
+//		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(lim, grpclimit.WithSkip("grpc.health.v1.Health"))),
+//	)
+//
+// Each unary call, and each stream when it opens, counts once against the
+// limit of its caller, by default the client IP address (WithKey,
+// WithTrustedProxies). Methods can have their own limiters
+// (WithMethodLimiters, WithLimiterFunc), and streams can also be limited
+// per received message (WithMessageLimit).
+//
+// # Denials
+//
+// A denied call ends with codes.ResourceExhausted and two status details: a
+// google.rpc.RetryInfo saying how long until the call would be admitted,
+// and a google.rpc.QuotaFailure naming the policy that denied it. The
+// trailers carry grpc-retry-pushback-ms and the rate-limit fields. Nothing
+// goes in the response headers, so the response is trailers-only and a
+// client whose service config has a retry policy for RESOURCE_EXHAUSTED
+// retries it after the pushback; a response with headers would count as
+// committed and never be retried. UnaryClientInterceptor retries on
+// RetryInfo for clients without such a policy.
+//
+// # Metadata
+//
+// Allowed calls carry the rate-limit fields in their response headers, as
+// lower-case metadata keys: ratelimit-policy, ratelimit, x-ratelimit-limit,
+// x-ratelimit-remaining and x-ratelimit-reset, with values from
+// slidelimit.Headers, the mapping every slidelimit adapter shares.
+//
+// # Failures
+//
+// When Redis is down or slow, the limiter's slidelimit.FailurePolicy
+// decides: fail-open (the default) lets calls through, fail-closed refuses
+// them with codes.Unavailable, never codes.ResourceExhausted. Errors go to
+// the ErrorHook (WithErrorHook).
+package grpclimit

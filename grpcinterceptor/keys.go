@@ -1,0 +1,168 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/httplimit"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+)
+
+// Call describes a call, or a stream when it opens, as key functions and
+// limiter selectors see it.
+type Call struct {
+	// FullMethod is the method's full name, "/package.Service/Method".
+	FullMethod string
+	// ClientIP is the address of the client: the peer's, or, when the peer
+	// is a trusted proxy (see WithTrustedProxies), the one its forwarding
+	// metadata names. It is the zero netip.Addr when the peer has no IP
+	// address, as over a Unix socket.
+	ClientIP netip.Addr
+}
+
+// KeyFunc returns the identity a call is counted under, such as
+// "ip:203.0.113.9" or "user:42". Calls with the same identity share one
+// quota. A KeyFunc that finds nothing to go by returns an error wrapping
+// ErrNoIdentity; one that returns an error carrying a gRPC status (see
+// google.golang.org/grpc/status) has the call refused with that status, and
+// any other error has it refused with codes.Internal.
+//
+// A KeyFunc must be safe for concurrent use.
+type KeyFunc func(ctx context.Context, call Call) (string, error)
+
+// KeyByIP returns a KeyFunc that identifies callers by Call.ClientIP, as
+// slidelimit.IPIdentity does: an IPv4 address stands for itself, an IPv6
+// address for its network of ipv6Prefix bits (0 means
+// slidelimit.DefaultIPv6Prefix, /64; 128 keeps each address apart). It is
+// the default key, with ipv6Prefix 0. A call whose peer has no IP address
+// fails with ErrNoIdentity and codes.Internal.
+func KeyByIP(ipv6Prefix int) KeyFunc {
+	return func(_ context.Context, call Call) (string, error) {
+		if !call.ClientIP.IsValid() {
+			return "", &noIdentity{codes.Internal, "grpclimit: the peer has no IP address to limit by"}
+		}
+		return slidelimit.IPIdentity(call.ClientIP.String(), ipv6Prefix), nil
+	}
+}
+
+// KeyByMetadata returns a KeyFunc that identifies callers by the first
+// non-empty value of the request metadata key, such as an API key in
+// "x-api-key": the identity is "md:x-api-key:" and the value. A call
+// without the key fails with ErrNoIdentity and codes.Unauthenticated; use
+// FirstOf to fall back to another key instead.
+//
+// The value becomes part of a Redis key (see slidelimit.Key), where anyone
+// who can list the keys of that Redis can read it. For secrets, prefer a
+// KeyFunc that maps them to an account id.
+func KeyByMetadata(key string) KeyFunc {
+	key = strings.ToLower(key)
+	return func(ctx context.Context, _ Call) (string, error) {
+		for _, v := range metadata.ValueFromIncomingContext(ctx, key) {
+			if v != "" {
+				return "md:" + key + ":" + v, nil
+			}
+		}
+		return "", &noIdentity{codes.Unauthenticated, "grpclimit: missing metadata " + key}
+	}
+}
+
+// KeyByMethod returns a KeyFunc that identifies a call by its method alone,
+// "method:/package.Service/Method", so that all callers of a method share
+// one quota. Join it with another key to count each caller per method.
+func KeyByMethod() KeyFunc {
+	return func(_ context.Context, call Call) (string, error) {
+		return "method:" + call.FullMethod, nil
+	}
+}
+
+// KeyByUser returns a KeyFunc that identifies callers by the authenticated
+// user that user finds in the context, usually put there by an
+// authentication interceptor that runs before the limit: the identity is
+// "user:" and the user. A call for which user returns "" fails with
+// ErrNoIdentity and codes.Unauthenticated.
+func KeyByUser(user func(ctx context.Context) string) KeyFunc {
+	return func(ctx context.Context, _ Call) (string, error) {
+		if user != nil {
+			if u := user(ctx); u != "" {
+				return "user:" + u, nil
+			}
+		}
+		return "", &noIdentity{codes.Unauthenticated, "grpclimit: the call has no authenticated user"}
+	}
+}
+
+// Join returns a KeyFunc whose identity joins the identities of keys with
+// slidelimit.JoinIdentities, such as a method and a client IP. It fails as
+// soon as one of keys fails.
+func Join(keys ...KeyFunc) KeyFunc {
+	return func(ctx context.Context, call Call) (string, error) {
+		parts := make([]string, 0, len(keys))
+		for _, k := range keys {
+			if k == nil {
+				continue
+			}
+			p, err := k(ctx, call)
+			if err != nil {
+				return "", err
+			}
+			parts = append(parts, p)
+		}
+		return slidelimit.JoinIdentities(parts...), nil
+	}
+}
+
+// FirstOf returns a KeyFunc that tries keys in order and returns the first
+// identity found: FirstOf(KeyByMetadata("x-api-key"), KeyByIP(0)) limits
+// calls with an API key by that key and the others by IP address. A key
+// that fails with ErrNoIdentity passes to the next; any other error is
+// returned at once. When every key finds nothing, the last one's error is
+// returned.
+func FirstOf(keys ...KeyFunc) KeyFunc {
+	return func(ctx context.Context, call Call) (string, error) {
+		var err error = &noIdentity{codes.Unauthenticated, "grpclimit: no key to identify the caller"}
+		for _, k := range keys {
+			if k == nil {
+				continue
+			}
+			var id string
+			if id, err = k(ctx, call); err == nil || !errors.Is(err, ErrNoIdentity) {
+				return id, err
+			}
+		}
+		return "", err
+	}
+}
+
+// DefaultForwardedKey is the metadata key read for the client's address
+// when the peer is a trusted proxy, unless WithForwardedKey names another.
+const DefaultForwardedKey = "x-forwarded-for"
+
+// clientIP resolves Call.ClientIP from the peer and, when the peer is a
+// trusted proxy, the forwarding metadata. The walk through the forwarded
+// hops is the one httplimit.ClientIP does for HTTP, so both adapters trust
+// exactly the same addresses.
+func (c *config) clientIP(ctx context.Context) netip.Addr {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return netip.Addr{}
+	}
+	if len(c.proxies) == 0 {
+		if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
+			return ap.Addr().Unmap()
+		}
+		return netip.Addr{}
+	}
+	header := http.CanonicalHeaderKey(c.forwardedKey)
+	r := &http.Request{RemoteAddr: p.Addr.String(), Header: http.Header{}}
+	for _, v := range metadata.ValueFromIncomingContext(ctx, c.forwardedKey) {
+		r.Header.Add(header, v)
+	}
+	addr, _ := httplimit.ClientIP{TrustedProxies: c.proxies, Headers: []string{header}}.Addr(r)
+	return addr
+}
