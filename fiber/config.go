@@ -1,0 +1,183 @@
+package fiberlimit
+
+import (
+	"log/slog"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/httplimit"
+)
+
+// Config configures the handler returned by New, in the manner of Fiber's
+// own limiter middleware: every field is optional, and a zero field takes
+// its value from ConfigDefault.
+//
+// A Config is read once, by New; changing it afterwards changes nothing.
+type Config struct {
+	// Next skips the middleware for the requests on which it returns true:
+	// they go straight to the next handler, neither counted nor given
+	// rate-limit headers. Use it for health checks and allow-lists.
+	//
+	// Optional. Default: nil, which skips nothing.
+	Next func(c *fiber.Ctx) bool
+
+	// Limiter chooses the limiter for each request, for different limits
+	// per route or per plan; build each limiter, and so validate its
+	// limits, once with slidelimit.New. When it returns nil, the limiter
+	// given to New is used.
+	//
+	// Optional. Default: nil, which uses the limiter given to New.
+	Limiter func(c *fiber.Ctx) *slidelimit.Limiter
+
+	// KeyGenerator returns the identity a request is limited by: requests
+	// with the same identity share one quota. An empty identity leaves the
+	// request undecided: it goes to ErrorHandler (500 by default). The
+	// string may come from c.Get or c.Params, which Fiber reuses after the
+	// handler returns; New copies it before it reaches the limiter.
+	//
+	// KeyByIP, KeyByHeader, KeyByLocals and KeyByRoute build the common
+	// keys; JoinKeys and FirstKey combine them.
+	//
+	// Optional. Default: KeyByIP, the client IP as c.IP() resolves it
+	// under the app's proxy settings, with IPv6Prefix.
+	KeyGenerator func(c *fiber.Ctx) string
+
+	// IPv6Prefix is the network length by which the default KeyGenerator
+	// groups IPv6 clients, as in slidelimit.IPIdentity: 128 keeps each
+	// address apart. It is ignored when KeyGenerator is set.
+	//
+	// Optional. Default: 0, which means slidelimit.DefaultIPv6Prefix (64).
+	IPv6Prefix int
+
+	// Cost returns how many units a request takes, such as more for an
+	// expensive search. A cost below 1 or above the smallest quota is an
+	// error (slidelimit.ErrInvalidCost), answered by ErrorHandler.
+	//
+	// Optional. Default: nil, which costs every request 1.
+	Cost func(c *fiber.Ctx) int
+
+	// LimitReached answers a request the limiter denied. When it runs, the
+	// rate-limit headers, Retry-After among them, are already set on the
+	// response; res is the denial, with the violated limit in res.Limit.
+	// Unlike the LimitReached of Fiber's limiter, it receives the result,
+	// so that it can say when to retry.
+	//
+	// Optional. Default: DefaultLimitReached, 429 Too Many Requests with
+	// an application/problem+json body.
+	LimitReached func(c *fiber.Ctx, res slidelimit.Result) error
+
+	// ErrorHandler answers a request that could not be admitted because of
+	// err: Redis failed under slidelimit.FailClosed (err wraps
+	// slidelimit.ErrUnavailable, and Retry-After is already set), or the
+	// key, the cost or the limiter choice failed. httplimit.FailureStatus
+	// gives the fitting status code. Under slidelimit.FailOpen a Redis
+	// failure admits the request and never reaches ErrorHandler.
+	//
+	// Optional. Default: DefaultErrorHandler, which returns a *fiber.Error
+	// for the app's ErrorHandler to render: 503 when Redis failed, 500
+	// otherwise.
+	ErrorHandler func(c *fiber.Ctx, err error) error
+
+	// ErrorHook receives every error the middleware meets: Redis failures,
+	// admitted (fail-open) or not, key and cost errors, and failed refunds.
+	// It runs on the request's goroutine before the request is answered or
+	// passed on; c is valid only while it runs.
+	//
+	// Optional. Default: a hook that logs each error with slog.Default at
+	// level Error.
+	ErrorHook func(c *fiber.Ctx, err error)
+
+	// Headers selects the rate-limit header fields set on every decided
+	// response; see slidelimit.Headers.
+	//
+	// Optional. Default: the zero value, which sets them all:
+	// RateLimit-Policy, RateLimit, X-RateLimit-Limit,
+	// X-RateLimit-Remaining, X-RateLimit-Reset in seconds from now, and
+	// Retry-After on denials.
+	Headers slidelimit.Headers
+
+	// SkipFailedRequests makes failed requests not count: after the next
+	// handlers have run, a request whose status Failed deems failed (by
+	// default 400 and above) gives its units back with
+	// slidelimit.Limiter.Refund. When a handler returns an error, its
+	// status is the Code of a *fiber.Error, and otherwise 500, as Fiber's
+	// DefaultErrorHandler answers. The headers already set still count the
+	// request.
+	//
+	// Optional. Default: false, which counts every admitted request.
+	SkipFailedRequests bool
+
+	// SkipSuccessfulRequests makes successful requests not count, the
+	// converse of SkipFailedRequests: only failed requests use up the
+	// quota, as for a limit on failed logins.
+	//
+	// Optional. Default: false, which counts every admitted request.
+	SkipSuccessfulRequests bool
+
+	// Failed reports whether a response status makes a request failed, for
+	// SkipFailedRequests and SkipSuccessfulRequests.
+	//
+	// Optional. Default: httplimit.Failed, 400 and above.
+	Failed func(status int) bool
+}
+
+// ConfigDefault is the configuration New uses for every field a Config
+// leaves zero.
+var ConfigDefault = Config{
+	KeyGenerator: KeyByIP,
+	LimitReached: DefaultLimitReached,
+	ErrorHandler: DefaultErrorHandler,
+	ErrorHook:    logError,
+	Failed:       httplimit.Failed,
+}
+
+// configDefault fills the zero fields of the first config, if any, from
+// ConfigDefault.
+func configDefault(config ...Config) Config {
+	if len(config) < 1 {
+		return ConfigDefault
+	}
+	cfg := config[0]
+	if cfg.KeyGenerator == nil {
+		cfg.KeyGenerator = ConfigDefault.KeyGenerator
+		if cfg.IPv6Prefix != 0 {
+			cfg.KeyGenerator = keyByIPPrefix(cfg.IPv6Prefix)
+		}
+	}
+	if cfg.LimitReached == nil {
+		cfg.LimitReached = ConfigDefault.LimitReached
+	}
+	if cfg.ErrorHandler == nil {
+		cfg.ErrorHandler = ConfigDefault.ErrorHandler
+	}
+	if cfg.ErrorHook == nil {
+		cfg.ErrorHook = ConfigDefault.ErrorHook
+	}
+	if cfg.Failed == nil {
+		cfg.Failed = ConfigDefault.Failed
+	}
+	return cfg
+}
+
+// DefaultLimitReached answers 429 Too Many Requests with the
+// application/problem+json body of httplimit.NewProblem(res). It is the
+// default LimitReached.
+func DefaultLimitReached(c *fiber.Ctx, res slidelimit.Result) error {
+	c.Set(fiber.HeaderContentType, httplimit.ContentTypeProblem)
+	return c.Status(fiber.StatusTooManyRequests).Send(httplimit.NewProblem(res).JSON())
+}
+
+// DefaultErrorHandler returns a *fiber.Error with the status
+// httplimit.FailureStatus(err) and its status text as message, for the
+// app's ErrorHandler to render; err itself, which may name Redis addresses,
+// stays out of the response. It is the default ErrorHandler.
+func DefaultErrorHandler(_ *fiber.Ctx, err error) error {
+	return fiber.NewError(httplimit.FailureStatus(err))
+}
+
+func logError(c *fiber.Ctx, err error) {
+	// The path is copied: Fiber reuses its bytes, and a slog handler may
+	// keep the record after the request.
+	slog.ErrorContext(c.UserContext(), "fiberlimit: rate limit", "method", c.Method(), "path", strings.Clone(c.Path()), "err", err)
+}
