@@ -1,0 +1,53 @@
+// Package echolimit limits Echo v4 routes with a slidelimit.Limiter: one
+// exact sliding-window limit, kept in Redis and shared by every instance of
+// the service.
+//
+// Like Echo's own middleware, it comes as a pair: New(lim) with the
+// defaults, and NewWithConfig(lim, Config) whose zero fields take the values
+// of DefaultConfig. Both return an echo.MiddlewareFunc:
+//
+//	lim, err := slidelimit.New(rdb, slidelimit.Per(5, 10*time.Second))
+//	if err != nil {
+//		return err
+//	}
+//	e := echo.New()
+//	e.Use(echolimit.New(lim))
+//
+// Every decided response carries the rate-limit header fields of
+// slidelimit.Headers: RateLimit-Policy, RateLimit and X-RateLimit-*. A
+// denial is returned as an *echo.HTTPError with code 429 and the problem
+// document of httplimit.NewProblem as its message, so the app's
+// HTTPErrorHandler renders it, with Retry-After already set; Echo's
+// DefaultHTTPErrorHandler sends it as application/problem+json.
+// Config.DenyHandler answers otherwise.
+//
+// # Keys and proxies
+//
+// By default requests are limited per client IP, with IPv6 clients grouped
+// by /64 (Config.IPv6Prefix). The client IP is ClientIP: what Echo's
+// IPExtractor says when the app sets one, and otherwise the peer address;
+// never a forwarding header an untrusted client sent, which c.RealIP()
+// alone would believe. Behind a proxy, tell Echo which proxies to trust:
+//
+//	_, lb, _ := net.ParseCIDR("10.0.0.0/8")
+//	e.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustIPRange(lb))
+//
+// KeyByHeader, KeyByContext and KeyByRoute key by an API key, an
+// authenticated user or a route; JoinKeys and FirstKey combine keys, and
+// any func(echo.Context) (string, error) works as
+// Config.IdentifierExtractor.
+//
+// # Failures
+//
+// When Redis fails, the limiter's FailurePolicy decides: fail-open (the
+// default) passes the request on without rate-limit headers, fail-closed
+// returns an *echo.HTTPError with code 503 and Retry-After set
+// (Config.ErrorHandler). Every error goes to Config.ErrorHook, which logs
+// with log/slog by default.
+//
+// # Refunds
+//
+// Config.SkipFailedRequests and Config.SkipSuccessfulRequests give a
+// request's units back, with slidelimit.Limiter.Refund, when its final
+// status is failed (400 and above) or successful.
+package echolimit
