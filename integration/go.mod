@@ -4,7 +4,7 @@ go 1.24
 
 require (
 	github.com/gin-gonic/gin v1.9.1
-	github.com/gofiber/fiber/v2 v2.52.6
+	github.com/gofiber/fiber/v2 v2.52.9
 	github.com/labstack/echo/v4 v4.13.2
 	github.com/redis/go-redis/v9 v9.5.5
 	github.com/slidelimit/slidelimit/core v0.0.0

@@ -1,0 +1,171 @@
+// Command echo is an Echo v4 server whose GET /ping is limited to 5
+// requests per 10 seconds per client IP, one limit shared through Redis by
+// every instance of the server.
+//
+// Environment:
+//
+//	ADDR                 listen address (default ":8080")
+//	REDIS_URL            Redis to use (default "redis://127.0.0.1:6379/0")
+//	REDIS_CLUSTER_ADDRS  host:port,host:port,... selects Redis Cluster instead
+//	TRUSTED_PROXIES      CIDRs or IPs of proxies whose X-Forwarded-For to
+//	                     believe, comma-separated (default: none)
+//
+// It stops gracefully on SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	echolimit "github.com/slidelimit/slidelimit/echo"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run serves until ctx is done, then shuts down gracefully.
+func run(ctx context.Context) error {
+	rdb, err := newRedis()
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := rdb.Ping(pingCtx).Err(); err != nil {
+		log.Printf("redis does not answer yet (requests pass unlimited until it does): %v", err)
+	}
+	cancel()
+
+	lim, err := slidelimit.New(rdb, slidelimit.Per(5, 10*time.Second))
+	if err != nil {
+		return err
+	}
+	proxies, err := parseProxies(splitList(os.Getenv("TRUSTED_PROXIES")))
+	if err != nil {
+		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	}
+	e := newServer(lim, proxies)
+
+	ln, err := net.Listen("tcp", envOr("ADDR", ":8080"))
+	if err != nil {
+		return err
+	}
+	e.Listener = ln
+	e.Server.ReadHeaderTimeout = 10 * time.Second
+	log.Printf("listening on %s", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- e.Start("") }()
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Print("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Shutdown(shutdownCtx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newServer routes GET /ping through the limiter, keyed by client IP, and
+// GET /healthz around it. Only the listed proxies' X-Forwarded-For is
+// believed; with none, the client IP is the peer address.
+func newServer(lim *slidelimit.Limiter, trustedProxies []*net.IPNet) *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true // run logs the address
+	// Without an IPExtractor, c.RealIP() believes X-Forwarded-For from
+	// anyone; set one, so that the app's own uses of c.RealIP() are safe
+	// too. echolimit would use the peer address without one.
+	if len(trustedProxies) == 0 {
+		e.IPExtractor = echo.ExtractIPDirect()
+	} else {
+		trust := []echo.TrustOption{
+			// Only the listed proxies: Echo trusts loopback, link-local and
+			// private addresses unless told otherwise.
+			echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false),
+		}
+		for _, p := range trustedProxies {
+			trust = append(trust, echo.TrustIPRange(p))
+		}
+		e.IPExtractor = echo.ExtractIPFromXFFHeader(trust...)
+	}
+	limit := echolimit.New(lim) // keyed by client IP, IPv6 grouped by /64
+
+	e.GET("/ping", func(c echo.Context) error { return c.String(http.StatusOK, "pong\n") }, limit)
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	return e
+}
+
+// parseProxies parses CIDRs such as 10.0.0.0/8 and single IPs.
+func parseProxies(list []string) ([]*net.IPNet, error) {
+	var nets []*net.IPNet
+	for _, s := range list {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("%q is neither an IP nor a CIDR", s)
+			}
+			p = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		nets = append(nets, &net.IPNet{IP: p.Masked().Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())})
+	}
+	return nets, nil
+}
+
+// newRedis returns a cluster client if REDIS_CLUSTER_ADDRS is set, and a
+// client of REDIS_URL otherwise.
+func newRedis() (redis.UniversalClient, error) {
+	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: splitList(addrs)}), nil
+	}
+	opt, err := redis.ParseURL(envOr("REDIS_URL", "redis://127.0.0.1:6379/0"))
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	return redis.NewClient(opt), nil
+}
+
+// splitList splits a comma-separated list, dropping empty items; an empty
+// list is nil.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
