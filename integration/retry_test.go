@@ -146,6 +146,6 @@ func (c *dropConn) Read(p []byte) (int, error) {
 	if _, err := io.ReadFull(c.Conn, buf); err == nil && buf[0] != '-' {
 		c.d.executed.Add(1)
 	}
-	_ = c.Conn.Close()
+	_ = c.Close()
 	return 0, io.EOF
 }

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -221,7 +222,7 @@ func (s *Server) start() error {
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", os.TempDir()}
 	if len(s.args) > 0 && !strings.HasPrefix(s.args[0], "-") {
 		// A configuration file must come first.
-		args = append(s.args[:1:1], append(args, s.args[1:]...)...)
+		args = slices.Concat(s.args[:1], args, s.args[1:])
 	} else {
 		args = append(args, s.args...)
 	}
