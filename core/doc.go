@@ -28,7 +28,9 @@
 // Redis TIME, so servers with skewed clocks share one timeline.
 //
 // Each call carries a unique request id, and a retried call whose id is
-// already recorded counts once. Keys keep the identity in a {hash tag}, so
+// already recorded counts once: go-redis's own retries are safe as they
+// are, and an application that retries a call of unknown outcome gives its
+// attempts one id with ContextWithRequestID. Keys keep the identity in a {hash tag}, so
 // every limit of one identity sits on one Redis Cluster shard; see Key for
 // how identities of any bytes are made safe.
 //

@@ -43,12 +43,12 @@ type Headers struct {
 
 // Header field names written by Headers.Write, in canonical form.
 const (
-	FieldRateLimitPolicy  = "RateLimit-Policy"
-	FieldRateLimit        = "RateLimit"
-	FieldXRateLimitLimit  = "X-Ratelimit-Limit"
-	FieldXRateLimitRemain = "X-Ratelimit-Remaining"
-	FieldXRateLimitReset  = "X-Ratelimit-Reset"
-	FieldRetryAfter       = "Retry-After"
+	FieldRateLimitPolicy     = "RateLimit-Policy"
+	FieldRateLimit           = "RateLimit"
+	FieldXRateLimitLimit     = "X-Ratelimit-Limit"
+	FieldXRateLimitRemaining = "X-Ratelimit-Remaining"
+	FieldXRateLimitReset     = "X-Ratelimit-Reset"
+	FieldRetryAfter          = "Retry-After"
 )
 
 // Write calls set once for each header field r should carry, in a fixed
@@ -76,7 +76,7 @@ func (h Headers) Write(r Result, set func(name, value string)) {
 				reset += time.Now().Unix()
 			}
 			set(FieldXRateLimitLimit, strconv.Itoa(r.Limit.Quota))
-			set(FieldXRateLimitRemain, strconv.Itoa(r.Remaining))
+			set(FieldXRateLimitRemaining, strconv.Itoa(r.Remaining))
 			set(FieldXRateLimitReset, strconv.FormatInt(reset, 10))
 		}
 	}

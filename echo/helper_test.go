@@ -62,7 +62,7 @@ func getFrom(t *testing.T, e *echo.Echo, remote, path string, header ...string) 
 // rateLimitFields are the header fields that claim quota.
 var rateLimitFields = []string{
 	slidelimit.FieldRateLimitPolicy, slidelimit.FieldRateLimit,
-	slidelimit.FieldXRateLimitLimit, slidelimit.FieldXRateLimitRemain, slidelimit.FieldXRateLimitReset,
+	slidelimit.FieldXRateLimitLimit, slidelimit.FieldXRateLimitRemaining, slidelimit.FieldXRateLimitReset,
 }
 
 // noQuotaHeaders fails the test if rec carries any field that claims quota.

@@ -110,7 +110,7 @@ func (c *client) get(path string, header ...string) response {
 // rateLimitFields are the header fields that claim quota.
 var rateLimitFields = []string{
 	slidelimit.FieldRateLimitPolicy, slidelimit.FieldRateLimit,
-	slidelimit.FieldXRateLimitLimit, slidelimit.FieldXRateLimitRemain, slidelimit.FieldXRateLimitReset,
+	slidelimit.FieldXRateLimitLimit, slidelimit.FieldXRateLimitRemaining, slidelimit.FieldXRateLimitReset,
 }
 
 // noQuotaHeaders fails the test if r carries any field that claims quota.
