@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,6 +66,13 @@ func ExampleWithTrustedProxies() {
 	}
 	_ = grpclimit.UnaryServerInterceptor(lim,
 		grpclimit.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")))
+
+	// Or from a comma-separated list, such as an environment variable.
+	proxies, err := slidelimit.ParseTrustedProxies(strings.Split("10.0.0.0/8, 192.0.2.7", ",")...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = grpclimit.UnaryServerInterceptor(lim, grpclimit.WithTrustedProxies(proxies...))
 }
 
 // Limit each stream when it opens, and each message it sends to the server

@@ -3,12 +3,10 @@ package grpclimit
 import (
 	"context"
 	"errors"
-	"net/http"
 	"net/netip"
 	"strings"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
-	"github.com/slidelimit/slidelimit/core/httplimit"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -144,25 +142,20 @@ func FirstOf(keys ...KeyFunc) KeyFunc {
 const DefaultForwardedKey = "x-forwarded-for"
 
 // clientIP resolves Call.ClientIP from the peer and, when the peer is a
-// trusted proxy, the forwarding metadata. The walk through the forwarded
-// hops is the one httplimit.ClientIP does for HTTP, so both adapters trust
-// exactly the same addresses.
+// trusted proxy, the forwarding metadata, by
+// slidelimit.TrustedProxies.ClientAddr: the walk httplimit.ClientIP does
+// for HTTP, so both trust exactly the same addresses.
 func (c *config) clientIP(ctx context.Context) netip.Addr {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
 		return netip.Addr{}
 	}
-	if len(c.proxies) == 0 {
-		if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
-			return ap.Addr().Unmap()
-		}
+	addr, ok := slidelimit.PeerAddr(p.Addr.String())
+	if !ok {
 		return netip.Addr{}
 	}
-	header := http.CanonicalHeaderKey(c.forwardedKey)
-	r := &http.Request{RemoteAddr: p.Addr.String(), Header: http.Header{}}
-	for _, v := range metadata.ValueFromIncomingContext(ctx, c.forwardedKey) {
-		r.Header.Add(header, v)
+	if !c.proxies.Contains(addr) {
+		return addr
 	}
-	addr, _ := httplimit.ClientIP{TrustedProxies: c.proxies, Headers: []string{header}}.Addr(r)
-	return addr
+	return c.proxies.ClientAddr(addr, metadata.ValueFromIncomingContext(ctx, c.forwardedKey))
 }

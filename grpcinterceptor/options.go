@@ -28,7 +28,7 @@ type config struct {
 	key          KeyFunc
 	skip         map[string]bool // by "pkg.Service/Method" or "pkg.Service"
 	skipFunc     func(ctx context.Context, call Call) bool
-	proxies      []netip.Prefix
+	proxies      slidelimit.TrustedProxies
 	forwardedKey string
 	headers      slidelimit.Headers
 	noHeaders    bool
@@ -120,11 +120,14 @@ func WithSkipFunc(skip func(ctx context.Context, call Call) bool) Option {
 // WithTrustedProxies lists the networks of the proxies, such as a load
 // balancer or Envoy, whose forwarding metadata is believed. When a call's
 // peer is in one of them, Call.ClientIP is taken from the metadata named by
-// WithForwardedKey: its hops are walked from the right, past every trusted
-// address, to the first untrusted one, as httplimit.ClientIP does for HTTP.
-// A single address is a /32 or /128; httplimit.ParseProxies parses a list
-// of strings. The default trusts no proxy, so no client can choose its own
-// key by sending forwarding metadata.
+// WithForwardedKey by slidelimit.TrustedProxies.ClientAddr: its hops are
+// walked from the right, past every trusted address, to the first
+// untrusted one, exactly as httplimit.ClientIP does for HTTP. A single
+// address is a /32 or /128. slidelimit.ParseTrustedProxies parses a list
+// of strings into a slidelimit.TrustedProxies, passed on as
+// WithTrustedProxies(proxies...). Several calls add to the list. The
+// default trusts no proxy, so no client can choose its own key by sending
+// forwarding metadata.
 func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 	return func(c *config) { c.proxies = append(c.proxies, prefixes...) }
 }

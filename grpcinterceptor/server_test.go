@@ -354,6 +354,10 @@ func TestKeys(t *testing.T) {
 		return ""
 	}
 	loopback := netip.MustParsePrefix("127.0.0.0/8")
+	parsedProxies, err := slidelimit.ParseTrustedProxies("127.0.0.1", "10.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name     string
 		opts     []grpclimit.Option
@@ -367,6 +371,11 @@ func TestKeys(t *testing.T) {
 			[]string{"x-forwarded-for", "203.0.113.7"}, codes.OK, "ip:203.0.113.7"},
 		{"forwarded chain through trusted hops", []grpclimit.Option{grpclimit.WithTrustedProxies(loopback, netip.MustParsePrefix("10.0.0.0/8"))},
 			[]string{"x-forwarded-for", "198.51.100.1, 203.0.113.7, 10.1.2.3"}, codes.OK, "ip:203.0.113.7"},
+		{"forwarded over several values", []grpclimit.Option{grpclimit.WithTrustedProxies(parsedProxies...)},
+			[]string{"x-forwarded-for", "198.51.100.1, 203.0.113.7", "x-forwarded-for", "10.1.2.3"}, codes.OK, "ip:203.0.113.7"},
+		{"trusted proxy without metadata", []grpclimit.Option{grpclimit.WithTrustedProxies(loopback)}, nil, codes.OK, "ip:127.0.0.1"},
+		{"forwarded garbage from trusted proxy", []grpclimit.Option{grpclimit.WithTrustedProxies(loopback)},
+			[]string{"x-forwarded-for", "203.0.113.7, unknown"}, codes.OK, "ip:127.0.0.1"},
 		{"forwarded IPv6 grouped", []grpclimit.Option{grpclimit.WithTrustedProxies(loopback)},
 			[]string{"x-forwarded-for", "2001:db8:1:2:3:4:5:6"}, codes.OK, "ip:2001:db8:1:2::/64"},
 		{"other forwarded key", []grpclimit.Option{grpclimit.WithTrustedProxies(loopback), grpclimit.WithForwardedKey("X-Real-IP")},

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"strings"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
 )
@@ -20,11 +19,11 @@ var DefaultForwardingHeaders = []string{"X-Forwarded-For", "X-Real-Ip"}
 // forwarding headers are ignored, since any client can send them. Behind a
 // load balancer or reverse proxy, list the proxies' networks in
 // TrustedProxies: when the peer is in one of them, the client is found in
-// the first forwarding header present, walking its hops from the right (the
-// hop the nearest proxy appended) past every trusted address to the first
-// untrusted one. That right-most untrusted hop is the last address no
-// client could forge. If every hop is trusted, the left-most is the client.
-// A hop that is not an IP address ends the walk at the hop to its right.
+// the first forwarding header present by slidelimit.TrustedProxies.ClientAddr,
+// which walks its hops from the right (the hop the nearest proxy appended)
+// past every trusted address to the first untrusted one, the last address
+// no client could forge. The gRPC interceptors of this project resolve
+// client IPs the same way.
 //
 // The Forwarded header of RFC 7239 is not read.
 //
@@ -32,9 +31,10 @@ var DefaultForwardingHeaders = []string{"X-Forwarded-For", "X-Real-Ip"}
 // its fields.
 type ClientIP struct {
 	// TrustedProxies lists the networks of the proxies whose forwarding
-	// headers are believed, such as netip.MustParsePrefix("10.0.0.0/8").
-	// A single address is a /32 or /128. Empty means none.
-	TrustedProxies []netip.Prefix
+	// headers are believed, such as netip.MustParsePrefix("10.0.0.0/8");
+	// slidelimit.ParseTrustedProxies parses them from strings. A single
+	// address is a /32 or /128. Empty means none.
+	TrustedProxies slidelimit.TrustedProxies
 	// Headers lists the forwarding headers read when the peer is trusted;
 	// the first one the request carries is used. Nil means
 	// DefaultForwardingHeaders. List only headers your proxies set or
@@ -50,8 +50,8 @@ type ClientIP struct {
 // Addr returns the client IP of r, and false if r.RemoteAddr holds no IP
 // address (a Unix socket peer, for example).
 func (c ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
-	peer, ok := parseHop(r.RemoteAddr)
-	if !ok || !c.trusted(peer) {
+	peer, ok := slidelimit.PeerAddr(r.RemoteAddr)
+	if !ok || !c.TrustedProxies.Contains(peer) {
 		return peer, ok
 	}
 	headers := c.Headers
@@ -60,7 +60,7 @@ func (c ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
 	}
 	for _, name := range headers {
 		if values := r.Header.Values(name); len(values) > 0 {
-			return c.walk(values, peer), true
+			return c.TrustedProxies.ClientAddr(peer, values), true
 		}
 	}
 	return peer, true
@@ -76,87 +76,4 @@ func (c ClientIP) Key(r *http.Request) (string, error) {
 		return "", fmt.Errorf("%w: httplimit: RemoteAddr %q holds no IP address", slidelimit.ErrInvalidKey, r.RemoteAddr)
 	}
 	return slidelimit.IPIdentity(addr.String(), c.IPv6Prefix), nil
-}
-
-// walk returns the right-most untrusted hop of a forwarding header's values,
-// seen from peer.
-func (c ClientIP) walk(values []string, peer netip.Addr) netip.Addr {
-	client := peer
-	for i := len(values) - 1; i >= 0; i-- {
-		rest := values[i]
-		for rest != "" {
-			var item string
-			if j := strings.LastIndexByte(rest, ','); j >= 0 {
-				item, rest = rest[j+1:], rest[:j]
-			} else {
-				item, rest = rest, ""
-			}
-			if strings.TrimSpace(item) == "" {
-				continue
-			}
-			hop, ok := parseHop(item)
-			if !ok {
-				return client
-			}
-			client = hop
-			if !c.trusted(hop) {
-				return hop
-			}
-		}
-	}
-	return client
-}
-
-func (c ClientIP) trusted(addr netip.Addr) bool {
-	addr = addr.WithZone("")
-	for _, p := range c.TrustedProxies {
-		if p.Contains(addr) {
-			return true
-		}
-	}
-	return false
-}
-
-// parseHop parses an address as it appears in RemoteAddr or a forwarding
-// header: "203.0.113.9", "203.0.113.9:1234", "2001:db8::1" or
-// "[2001:db8::1]:1234". IPv4-mapped IPv6 addresses are unmapped.
-func parseHop(s string) (netip.Addr, bool) {
-	s = strings.TrimSpace(s)
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), true
-	}
-	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err == nil {
-		return a.Unmap(), true
-	}
-	return netip.Addr{}, false
-}
-
-// ParseProxies parses a list of trusted proxies for ClientIP.TrustedProxies,
-// each a network in CIDR form ("10.0.0.0/8", "2001:db8::/32") or a single
-// address ("192.0.2.7"). Surrounding spaces and empty entries are ignored, so
-// strings.Split(os.Getenv("TRUSTED_PROXIES"), ",") may be passed as it is. An
-// entry that is neither is an error wrapping slidelimit.ErrInvalidOption.
-func ParseProxies(list ...string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range list {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		if strings.Contains(s, "/") {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return nil, fmt.Errorf("%w: httplimit: trusted proxy %q: %w", slidelimit.ErrInvalidOption, s, err)
-			}
-			out = append(out, p.Masked())
-			continue
-		}
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return nil, fmt.Errorf("%w: httplimit: trusted proxy %q: %w", slidelimit.ErrInvalidOption, s, err)
-		}
-		a = a.Unmap().WithZone("")
-		out = append(out, netip.PrefixFrom(a, a.BitLen()))
-	}
-	return out, nil
 }

@@ -24,8 +24,16 @@
 // X-Forwarded-For are ignored unless the peer is a proxy listed in a
 // ClientIP's TrustedProxies, since any client can send them:
 //
-//	ips := httplimit.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+//	proxies, err := slidelimit.ParseTrustedProxies("10.0.0.0/8")
+//	if err != nil {
+//		return err
+//	}
+//	ips := httplimit.ClientIP{TrustedProxies: proxies}
 //	mw := httplimit.New(lim, httplimit.WithKey(ips.Key))
+//
+// ClientIP takes the right-most address in X-Forwarded-For that is not a
+// trusted proxy, by slidelimit.TrustedProxies.ClientAddr, as the gRPC
+// interceptors of this project do with their metadata.
 //
 // KeyByHeader, KeyByContext and KeyByPattern key by an API key, an
 // authenticated user or a route; JoinKeys and FirstKey combine keys, and

@@ -36,7 +36,7 @@ func ExampleNew() {
 
 // Behind a load balancer, trust its forwarding headers, and only its.
 func ExampleClientIP() {
-	ips := httplimit.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	ips := httplimit.ClientIP{TrustedProxies: slidelimit.TrustedProxies{netip.MustParsePrefix("10.0.0.0/8")}}
 
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.Header.Set("X-Forwarded-For", "192.0.2.1, 198.51.100.7")

@@ -205,7 +205,7 @@ func TestNewKeyIsolation(t *testing.T) {
 func TestNewForwardedFor(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	ips := httplimit.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	ips := httplimit.ClientIP{TrustedProxies: slidelimit.TrustedProxies{netip.MustParsePrefix("10.0.0.0/8")}}
 	tests := []struct {
 		name   string
 		key    httplimit.KeyFunc

@@ -59,7 +59,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxies, err := parseProxies(splitList(os.Getenv("TRUSTED_PROXIES")))
+	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
 	if err != nil {
 		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
 	}
@@ -95,7 +95,7 @@ func run(ctx context.Context) error {
 // newServer routes GET /ping through the limiter, keyed by client IP, and
 // GET /healthz around it. Only the listed proxies' X-Forwarded-For is
 // believed; with none, the client IP is the peer address.
-func newServer(lim *slidelimit.Limiter, trustedProxies []*net.IPNet) *echo.Echo {
+func newServer(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true // run logs the address
 	// Without an IPExtractor, c.RealIP() believes X-Forwarded-For from
@@ -110,7 +110,7 @@ func newServer(lim *slidelimit.Limiter, trustedProxies []*net.IPNet) *echo.Echo 
 			echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false),
 		}
 		for _, p := range trustedProxies {
-			trust = append(trust, echo.TrustIPRange(p))
+			trust = append(trust, echo.TrustIPRange(ipNet(p)))
 		}
 		e.IPExtractor = echo.ExtractIPFromXFFHeader(trust...)
 	}
@@ -121,21 +121,9 @@ func newServer(lim *slidelimit.Limiter, trustedProxies []*net.IPNet) *echo.Echo 
 	return e
 }
 
-// parseProxies parses CIDRs such as 10.0.0.0/8 and single IPs.
-func parseProxies(list []string) ([]*net.IPNet, error) {
-	var nets []*net.IPNet
-	for _, s := range list {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			addr, aerr := netip.ParseAddr(s)
-			if aerr != nil {
-				return nil, fmt.Errorf("%q is neither an IP nor a CIDR", s)
-			}
-			p = netip.PrefixFrom(addr, addr.BitLen())
-		}
-		nets = append(nets, &net.IPNet{IP: p.Masked().Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())})
-	}
-	return nets, nil
+// ipNet converts a network to the form Echo takes.
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // newRedis returns a cluster client if REDIS_CLUSTER_ADDRS is set, and a

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -52,9 +56,9 @@ func TestPing(t *testing.T) {
 }
 
 func TestPingBehindProxy(t *testing.T) {
-	proxies, err := parseProxies([]string{"10.0.0.0/8"})
+	proxies, err := slidelimit.ParseTrustedProxies("10.0.0.0/8")
 	if err != nil {
-		t.Fatalf("parseProxies() error = %v", err)
+		t.Fatalf("ParseTrustedProxies() error = %v", err)
 	}
 	e := newServer(newLimiter(t), proxies)
 	for i, client := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5", "198.51.100.6"} {
@@ -73,20 +77,25 @@ func TestPingBehindProxy(t *testing.T) {
 	}
 }
 
-func TestParseProxies(t *testing.T) {
-	nets, err := parseProxies([]string{"10.0.0.0/8", "192.0.2.7", "2001:db8::/32"})
-	if err != nil {
-		t.Fatalf("parseProxies() error = %v", err)
-	}
-	var got []string
-	for _, n := range nets {
-		got = append(got, n.String())
-	}
-	if want := "[10.0.0.0/8 192.0.2.7/32 2001:db8::/32]"; len(got) != 3 || "["+got[0]+" "+got[1]+" "+got[2]+"]" != want {
-		t.Errorf("parseProxies() = %v, want %s", got, want)
-	}
-	if _, err := parseProxies([]string{"nope"}); err == nil {
-		t.Error("parseProxies(nope) = nil error, want one")
+func TestIPNet(t *testing.T) {
+	for _, tt := range []struct {
+		prefix string
+		want   string
+		in     string
+		out    string
+	}{
+		{"10.0.0.0/8", "10.0.0.0/8", "10.255.0.1", "11.0.0.1"},
+		{"192.0.2.7/32", "192.0.2.7/32", "192.0.2.7", "192.0.2.8"},
+		{"2001:db8::/32", "2001:db8::/32", "2001:db8:1::1", "2001:db9::1"},
+	} {
+		n := ipNet(netip.MustParsePrefix(tt.prefix))
+		if got := n.String(); got != tt.want {
+			t.Errorf("ipNet(%s) = %s, want %s", tt.prefix, got, tt.want)
+		}
+		if !n.Contains(net.ParseIP(tt.in)) || n.Contains(net.ParseIP(tt.out)) {
+			t.Errorf("ipNet(%s) contains %s: %v, %s: %v; want true, false", tt.prefix,
+				tt.in, n.Contains(net.ParseIP(tt.in)), tt.out, n.Contains(net.ParseIP(tt.out)))
+		}
 	}
 }
 
@@ -129,5 +138,18 @@ func TestRunStopsOnSignal(t *testing.T) {
 	cancel() // as SIGTERM would
 	if err := run(ctx); err != nil {
 		t.Errorf("run after the signal = %v, want nil", err)
+	}
+}
+
+func TestRunRejectsBadTrustedProxies(t *testing.T) {
+	rdb := redistest.Client(t)
+	t.Setenv("REDIS_CLUSTER_ADDRS", "")
+	t.Setenv("REDIS_URL", "redis://"+rdb.Options().Addr+"/0")
+	t.Setenv("ADDR", "127.0.0.1:0")
+	t.Setenv("TRUSTED_PROXIES", "10.0.0.0/8, lb.internal")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // a run that got past the list would stop at once, with nil
+	if err := run(ctx); !errors.Is(err, slidelimit.ErrInvalidOption) {
+		t.Errorf("run with TRUSTED_PROXIES=%q = %v, want an error wrapping slidelimit.ErrInvalidOption", os.Getenv("TRUSTED_PROXIES"), err)
 	}
 }

@@ -62,7 +62,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	app := newApp(lim, splitList(os.Getenv("TRUSTED_PROXIES")))
+	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
+	if err != nil {
+		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	}
+	app := newApp(lim, proxies)
 
 	ln, err := net.Listen("tcp", envOr("ADDR", ":8080"))
 	if err != nil {
@@ -92,7 +96,7 @@ func run(ctx context.Context) error {
 // newApp routes GET /ping through the limiter, keyed by client IP, and
 // GET /healthz around it. Only the listed proxies' X-Real-IP is believed;
 // with none, the client IP is the peer address.
-func newApp(lim *slidelimit.Limiter, trustedProxies []string) *fiber.App {
+func newApp(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies) *fiber.App {
 	cfg := fiber.Config{DisableStartupMessage: true} // run logs the address
 	if len(trustedProxies) > 0 {
 		// Without EnableTrustedProxyCheck, Fiber believes ProxyHeader from
@@ -100,7 +104,9 @@ func newApp(lim *slidelimit.Limiter, trustedProxies []string) *fiber.App {
 		// back to the peer address.
 		cfg.ProxyHeader = "X-Real-IP"
 		cfg.EnableTrustedProxyCheck = true
-		cfg.TrustedProxies = trustedProxies
+		for _, p := range trustedProxies {
+			cfg.TrustedProxies = append(cfg.TrustedProxies, p.String()) // always a CIDR
+		}
 		cfg.EnableIPValidation = true
 	}
 	app := fiber.New(cfg)

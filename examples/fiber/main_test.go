@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -58,7 +61,7 @@ func TestPing(t *testing.T) {
 
 func TestPingBehindProxy(t *testing.T) {
 	// app.Test's peer, 0.0.0.0, plays the proxy.
-	app := newApp(newLimiter(t), []string{"0.0.0.0"})
+	app := newApp(newLimiter(t), slidelimit.TrustedProxies{netip.MustParsePrefix("0.0.0.0/32")})
 	for i, client := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5", "198.51.100.6"} {
 		resp := get(t, app, "/ping", "X-Real-IP", client)
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-RateLimit-Remaining") != "4" {
@@ -107,5 +110,18 @@ func TestRunStopsOnSignal(t *testing.T) {
 	cancel() // as SIGTERM would
 	if err := run(ctx); err != nil {
 		t.Errorf("run after the signal = %v, want nil", err)
+	}
+}
+
+func TestRunRejectsBadTrustedProxies(t *testing.T) {
+	rdb := redistest.Client(t)
+	t.Setenv("REDIS_CLUSTER_ADDRS", "")
+	t.Setenv("REDIS_URL", "redis://"+rdb.Options().Addr+"/0")
+	t.Setenv("ADDR", "127.0.0.1:0")
+	t.Setenv("TRUSTED_PROXIES", "10.0.0.0/8, lb.internal")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // a run that got past the list would stop at once, with nil
+	if err := run(ctx); !errors.Is(err, slidelimit.ErrInvalidOption) {
+		t.Errorf("run with TRUSTED_PROXIES=%q = %v, want an error wrapping slidelimit.ErrInvalidOption", os.Getenv("TRUSTED_PROXIES"), err)
 	}
 }

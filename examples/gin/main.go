@@ -35,8 +35,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx); err != nil {
+	err := run(ctx)
+	stop()
+	if err != nil {
 		log.Fatal(err)
 	}
 }
@@ -58,7 +59,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	router, err := newRouter(lim, splitList(os.Getenv("TRUSTED_PROXIES")))
+	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
+	if err != nil {
+		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	}
+	router, err := newRouter(lim, proxies)
 	if err != nil {
 		return err
 	}
@@ -92,12 +97,16 @@ func run(ctx context.Context) error {
 // newRouter routes GET /ping through the limiter, keyed by client IP, and
 // GET /healthz around it. Only the listed proxies' X-Forwarded-For is
 // believed; with none, the client IP is the peer address.
-func newRouter(lim *slidelimit.Limiter, trustedProxies []string) (*gin.Engine, error) {
+func newRouter(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies) (*gin.Engine, error) {
 	r := gin.New()
 	r.Use(gin.Logger(), gin.Recovery())
 	// Gin trusts every proxy until told otherwise; nil trusts none.
-	if err := r.SetTrustedProxies(trustedProxies); err != nil {
-		return nil, fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	var cidrs []string
+	for _, p := range trustedProxies {
+		cidrs = append(cidrs, p.String())
+	}
+	if err := r.SetTrustedProxies(cidrs); err != nil {
+		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
 	limit := ginlimit.New(lim, ginlimit.WithKey(ginlimit.KeyByClientIP))
 
@@ -117,18 +126,6 @@ func newRedis() (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
 	return redis.NewClient(opt), nil
-}
-
-// splitList splits a comma-separated list, dropping empty items; an empty
-// list is nil.
-func splitList(s string) []string {
-	var out []string
-	for _, item := range strings.Split(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
 
 func envOr(name, def string) string {

@@ -21,7 +21,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -35,8 +34,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx); err != nil {
+	err := run(ctx)
+	stop()
+	if err != nil {
 		log.Fatal(err)
 	}
 }
@@ -58,7 +58,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxies, err := httplimit.ParseProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
+	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
 	if err != nil {
 		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
 	}
@@ -90,8 +90,9 @@ func run(ctx context.Context) error {
 }
 
 // newHandler routes GET /ping through the limiter, keyed by client IP, and
-// GET /healthz around it.
-func newHandler(lim *slidelimit.Limiter, trustedProxies []netip.Prefix) http.Handler {
+// GET /healthz around it. Only the listed proxies' X-Forwarded-For is
+// believed; with none, the client IP is the peer address.
+func newHandler(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies) http.Handler {
 	ips := httplimit.ClientIP{TrustedProxies: trustedProxies}
 	limit := httplimit.New(lim, httplimit.WithKey(ips.Key))
 

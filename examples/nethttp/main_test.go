@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -46,7 +48,7 @@ func TestPingBehindProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHandler(lim, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	h := newHandler(lim, slidelimit.TrustedProxies{netip.MustParsePrefix("10.0.0.0/8")})
 	for i, client := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5", "198.51.100.6"} {
 		r := httptest.NewRequest(http.MethodGet, "/ping", nil)
 		r.RemoteAddr = "10.0.0.1:40000"
@@ -98,5 +100,18 @@ func TestRunStopsOnSignal(t *testing.T) {
 	cancel() // as SIGTERM would
 	if err := run(ctx); err != nil {
 		t.Errorf("run after the signal = %v, want nil", err)
+	}
+}
+
+func TestRunRejectsBadTrustedProxies(t *testing.T) {
+	rdb := redistest.Client(t)
+	t.Setenv("REDIS_CLUSTER_ADDRS", "")
+	t.Setenv("REDIS_URL", "redis://"+rdb.Options().Addr+"/0")
+	t.Setenv("ADDR", "127.0.0.1:0")
+	t.Setenv("TRUSTED_PROXIES", "10.0.0.0/8, lb.internal")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // a run that got past the list would stop at once, with nil
+	if err := run(ctx); !errors.Is(err, slidelimit.ErrInvalidOption) {
+		t.Errorf("run with TRUSTED_PROXIES=%q = %v, want an error wrapping slidelimit.ErrInvalidOption", os.Getenv("TRUSTED_PROXIES"), err)
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -30,7 +29,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
-	"github.com/slidelimit/slidelimit/core/httplimit"
 	"github.com/slidelimit/slidelimit/examples/grpc/greeter"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
 	"google.golang.org/grpc"
@@ -66,7 +64,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxies, err := httplimit.ParseProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
+	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
 	if err != nil {
 		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
 	}
@@ -105,7 +103,7 @@ func run(ctx context.Context) error {
 
 // newServer returns a gRPC server with the greeter limited by lim per
 // client IP, and the health and reflection services exempt from it.
-func newServer(lim *slidelimit.Limiter, trustedProxies []netip.Prefix) (*grpc.Server, *health.Server, error) {
+func newServer(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies) (*grpc.Server, *health.Server, error) {
 	opts := []grpclimit.Option{
 		grpclimit.WithSkip(
 			"grpc.health.v1.Health",

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"sort"
 	"testing"
 	"time"
@@ -23,7 +25,7 @@ import (
 )
 
 // serve runs newServer on a loopback listener and returns a client of it.
-func serve(t *testing.T, proxies []netip.Prefix) *grpc.ClientConn {
+func serve(t *testing.T, proxies slidelimit.TrustedProxies) *grpc.ClientConn {
 	t.Helper()
 	lim, err := slidelimit.New(redistest.Client(t), slidelimit.Per(5, 10*time.Second), slidelimit.WithPrefix(redistest.Prefix(t)))
 	if err != nil {
@@ -78,7 +80,7 @@ func TestHello(t *testing.T) {
 }
 
 func TestHelloBehindProxy(t *testing.T) {
-	conn := serve(t, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
+	conn := serve(t, slidelimit.TrustedProxies{netip.MustParsePrefix("127.0.0.0/8")})
 	for i, client := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5", "198.51.100.6"} {
 		var header metadata.MD
 		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-forwarded-for", client)
@@ -154,4 +156,17 @@ func TestNewRedis(t *testing.T) {
 		t.Errorf("newRedis() with REDIS_CLUSTER_ADDRS = %T, want *redis.ClusterClient", rdb)
 	}
 	_ = rdb.Close()
+}
+
+func TestRunRejectsBadTrustedProxies(t *testing.T) {
+	rdb := redistest.Client(t)
+	t.Setenv("REDIS_CLUSTER_ADDRS", "")
+	t.Setenv("REDIS_URL", "redis://"+rdb.Options().Addr+"/0")
+	t.Setenv("ADDR", "127.0.0.1:0")
+	t.Setenv("TRUSTED_PROXIES", "10.0.0.0/8, lb.internal")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // a run that got past the list would stop at once, with nil
+	if err := run(ctx); !errors.Is(err, slidelimit.ErrInvalidOption) {
+		t.Errorf("run with TRUSTED_PROXIES=%q = %v, want an error wrapping slidelimit.ErrInvalidOption", os.Getenv("TRUSTED_PROXIES"), err)
+	}
 }
