@@ -54,23 +54,27 @@ for c in $levels; do
 	echo "$c $rps" >>"$tmp/rb.txt"
 done
 
-awk '/^BenchmarkAllow\/goroutines=/ {
-	g = $1; sub(/^BenchmarkAllow\/goroutines=/, "", g); sub(/-[0-9]+$/, "", g)
-	for (i = 2; i <= NF; i++) if ($i == "decisions/s") print g, $(i - 1)
+# go-rates.txt: "<client> <goroutines> <decisions/s>" per Go benchmark.
+awk '/^BenchmarkAllow\/client=/ {
+	name = $1; sub(/^BenchmarkAllow\/client=/, "", name); sub(/-[0-9]+$/, "", name)
+	split(name, part, "/goroutines=")
+	for (i = 2; i <= NF; i++) if ($i == "decisions/s") print part[1], part[2], $(i - 1)
 }' "$tmp/go.txt" >"$tmp/go-rates.txt"
 
 echo
-echo "== decisions per second (Go: Allow through go-redis; redis-benchmark: the bare script)"
-printf '%-20s %16s %28s %8s\n' "goroutines/clients" "Go decisions/s" "redis-benchmark decisions/s" "ratio"
+echo "== decisions per second (Go: Allow through go-redis, with ContextTimeoutEnabled and with a default client; redis-benchmark: the bare script)"
+printf '%-20s %14s %14s %16s %8s %8s\n' "goroutines/clients" "Go ctxtimeout" "Go default" "redis-benchmark" "ratio" "ratio"
 for c in $levels; do
-	g=$(awk -v c="$c" '$1 == c { print $2 }' "$tmp/go-rates.txt")
+	g=$(awk -v c="$c" '$1 == "ctxtimeout" && $2 == c { print $3 }' "$tmp/go-rates.txt")
+	d=$(awk -v c="$c" '$1 == "default" && $2 == c { print $3 }' "$tmp/go-rates.txt")
 	r=$(awk -v c="$c" '$1 == c { print $2 }' "$tmp/rb.txt")
-	if [ -z "$g" ] || [ -z "$r" ]; then
-		echo "bench: no figure for $c goroutines/clients (go: '$g', redis-benchmark: '$r')" >&2
+	if [ -z "$g" ] || [ -z "$d" ] || [ -z "$r" ]; then
+		echo "bench: no figure for $c goroutines/clients (go: '$g', '$d', redis-benchmark: '$r')" >&2
 		exit 1
 	fi
-	awk -v c="$c" -v g="$g" -v r="$r" 'BEGIN { printf "%-20s %16.0f %28.0f %8.2f\n", c, g, r, g / r }'
+	awk -v c="$c" -v g="$g" -v d="$d" -v r="$r" 'BEGIN { printf "%-20s %14.0f %14.0f %16.0f %8.2f %8.2f\n", c, g, d, r, g / r, d / r }'
 done
+echo "(ratio = Go decisions/s over redis-benchmark's, for each Go client in turn)"
 
 echo
 echo "== Redis memory per in-window request (MEMORY USAGE; TestMemoryPerRequest)"

@@ -108,14 +108,18 @@ func newHandler(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxie
 
 // newRedis returns a cluster client if REDIS_CLUSTER_ADDRS is set, and a
 // client of REDIS_URL otherwise.
+//
+// ContextTimeoutEnabled lets go-redis itself give up at the limiter's
+// timeout, the fastest way for a dead Redis to cost at most that timeout.
 func newRedis() (redis.UniversalClient, error) {
 	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")}), nil
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ","), ContextTimeoutEnabled: true}), nil
 	}
 	opt, err := redis.ParseURL(envOr("REDIS_URL", "redis://127.0.0.1:6379/0"))
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
+	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt), nil
 }
 
