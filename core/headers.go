@@ -43,12 +43,24 @@ type Headers struct {
 
 // Header field names written by Headers.Write, in canonical form.
 const (
-	FieldRateLimitPolicy     = "RateLimit-Policy"
-	FieldRateLimit           = "RateLimit"
-	FieldXRateLimitLimit     = "X-Ratelimit-Limit"
+	// FieldRateLimitPolicy names the field that lists each limit with its
+	// quota (q) and its window in seconds (w).
+	FieldRateLimitPolicy = "RateLimit-Policy"
+	// FieldRateLimit names the field that lists each limit with its
+	// remaining units (r) and its t in seconds, as described on Headers.
+	FieldRateLimit = "RateLimit"
+	// FieldXRateLimitLimit names the field that holds the deciding limit's
+	// quota.
+	FieldXRateLimitLimit = "X-Ratelimit-Limit"
+	// FieldXRateLimitRemaining names the field that holds the units the
+	// deciding limit has left.
 	FieldXRateLimitRemaining = "X-Ratelimit-Remaining"
-	FieldXRateLimitReset     = "X-Ratelimit-Reset"
-	FieldRetryAfter          = "Retry-After"
+	// FieldXRateLimitReset names the field that holds the deciding limit's
+	// t, in seconds from now or, with Headers.ResetUnix, as a Unix time.
+	FieldXRateLimitReset = "X-Ratelimit-Reset"
+	// FieldRetryAfter names the field that holds, on a denial, the whole
+	// seconds to wait before retrying.
+	FieldRetryAfter = "Retry-After"
 )
 
 // Write calls set once for each header field r should carry, in a fixed

@@ -88,8 +88,9 @@ type Config struct {
 
 	// ErrorHook receives every error the middleware meets: Redis failures,
 	// admitted (fail-open) or not, identifier and cost errors, and failed
-	// refunds. It runs on the request's goroutine before the request is
-	// answered or passed on.
+	// refunds. It runs on the request's goroutine: before the request is
+	// answered or passed on, or, for a failed refund, after the next
+	// handlers have run.
 	//
 	// Optional. Default: a hook that logs each error with slog.Default at
 	// level Error.

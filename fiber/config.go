@@ -81,8 +81,9 @@ type Config struct {
 
 	// ErrorHook receives every error the middleware meets: Redis failures,
 	// admitted (fail-open) or not, key and cost errors, and failed refunds.
-	// It runs on the request's goroutine before the request is answered or
-	// passed on; c is valid only while it runs.
+	// It runs on the request's goroutine: before the request is answered or
+	// passed on, or, for a failed refund, after the next handlers have run.
+	// c is valid only while it runs.
 	//
 	// Optional. Default: a hook that logs each error with slog.Default at
 	// level Error.

@@ -14,11 +14,11 @@ type Option func(*config)
 
 // ErrorHook receives the errors that are the server's to fix: Redis
 // failures (wrapping slidelimit.ErrUnavailable, whatever the failure policy
-// decided) and key functions that fail with codes.Internal, such as
-// KeyByIP on a peer without an IP address, or a custom KeyFunc that returns
-// an empty identity. Calls refused because the caller sent no identity
-// (codes.Unauthenticated) are not reported. It is called on the call's
-// goroutine and must be safe for concurrent use.
+// decided), key functions that fail with codes.Internal or codes.Unknown,
+// such as KeyByIP on a peer without an IP address, and custom key
+// functions that return an empty identity. Calls refused because the
+// caller sent no identity (codes.Unauthenticated) are not reported. It is
+// called on the call's goroutine and must be safe for concurrent use.
 type ErrorHook func(ctx context.Context, fullMethod string, err error)
 
 type config struct {

@@ -1,11 +1,3 @@
-// Package redistest gives tests a real Redis: the one the test harness
-// started, or a private redis-server started for one test and stopped when
-// it ends. It never fakes Redis.
-//
-// The harness (make test at the repository root) exports the addresses in
-// SLIDELIMIT_REDIS_ADDR and SLIDELIMIT_REDIS_CLUSTER_ADDRS and sets
-// SLIDELIMIT_REQUIRE_REDIS=1, under which a test that cannot reach Redis
-// fails instead of skipping.
 package redistest
 
 import (
