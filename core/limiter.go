@@ -33,7 +33,7 @@ type Limiter struct {
 // ErrInvalidLimit, a bad option one wrapping ErrInvalidOption. It does not
 // contact Redis.
 func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
-	if client == nil {
+	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
 	cfg := config{
@@ -247,6 +247,22 @@ func (l *Limiter) run(ctx context.Context, do func(context.Context) error) error
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// isNil reports whether client is nil, or a nil pointer to one of
+// go-redis's clients, which a nil check of the interface misses.
+func isNil(client redis.Scripter) bool {
+	switch c := client.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
 }
 
 // honoursDeadlines reports whether client gives up at a context's deadline.

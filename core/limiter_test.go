@@ -68,6 +68,9 @@ func TestNewRejectsBadInput(t *testing.T) {
 		want   error
 	}{
 		{"nil client", nil, slidelimit.PerMinute(1), nil, slidelimit.ErrInvalidOption},
+		{"nil *redis.Client", (*redis.Client)(nil), slidelimit.PerMinute(1), nil, slidelimit.ErrInvalidOption},
+		{"nil *redis.ClusterClient", (*redis.ClusterClient)(nil), slidelimit.PerMinute(1), nil, slidelimit.ErrInvalidOption},
+		{"nil *redis.Ring", (*redis.Ring)(nil), slidelimit.PerMinute(1), nil, slidelimit.ErrInvalidOption},
 		{"zero limit", rdb, slidelimit.Limit{}, nil, slidelimit.ErrInvalidLimit},
 		{"negative quota", rdb, slidelimit.PerMinute(-5), nil, slidelimit.ErrInvalidLimit},
 		{"oversized quota", rdb, slidelimit.PerMinute(slidelimit.MaxQuota + 1), nil, slidelimit.ErrInvalidLimit},

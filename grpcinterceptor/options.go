@@ -2,7 +2,7 @@ package grpclimit
 
 import (
 	"context"
-	"log"
+	"log/slog"
 	"net/netip"
 	"strings"
 
@@ -53,9 +53,10 @@ func newConfig(lim *slidelimit.Limiter, opts []Option) *config {
 	return c
 }
 
-// logError is the default ErrorHook.
-func logError(_ context.Context, fullMethod string, err error) {
-	log.Printf("grpclimit: %s: %v", fullMethod, err)
+// logError is the default ErrorHook: slog at level Error, as the HTTP
+// adapters log.
+func logError(ctx context.Context, fullMethod string, err error) {
+	slog.ErrorContext(ctx, "grpclimit: rate limit", "method", fullMethod, "err", err)
 }
 
 // WithKey sets how callers are identified. The default is KeyByIP(0): the
@@ -176,10 +177,10 @@ func WithMessageLimit(lim *slidelimit.Limiter, key KeyFunc) Option {
 	return func(c *config) { c.msgLimiter, c.msgKey = lim, key }
 }
 
-// WithErrorHook reports errors to hook instead of the standard logger.
+// WithErrorHook reports errors to hook instead of the default logger.
 // A Redis failure is reported whether the failure policy admits the call
 // (fail-open, the default) or refuses it (fail-closed). A nil hook
-// discards errors. The default logs each with log.Printf.
+// discards errors. The default logs each with slog.Default at level Error.
 func WithErrorHook(hook ErrorHook) Option {
 	return func(c *config) { c.onError = hook }
 }
