@@ -130,7 +130,7 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 	if err != nil {
 		res, err = l.fallback(err)
 	} else if res.Allowed && id != "" {
-		res.admitted = &admission{identity: identity, id: id, cost: n}
+		res.admitted = &admission{keys: keys, id: id, cost: n}
 	}
 	return l.observe(ctx, identity, n, start, res, err)
 }
@@ -165,18 +165,15 @@ func (l *Limiter) result(reply []int64) (Result, error) {
 // never been made, so that, for example, requests that fail need not count.
 // It removes exactly the members the request recorded: refunding twice, or
 // refunding a Result that was not admitted or was a Fallback, does nothing.
-// Errors wrap ErrUnavailable.
+// The Result carries its keys, so it is refunded where it was recorded even
+// if l is another limiter on the same client. Errors wrap ErrUnavailable.
 func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	a := r.admitted
 	if a == nil {
 		return nil
 	}
-	keys, err := l.keys(a.identity)
-	if err != nil {
-		return err
-	}
-	err = l.run(ctx, func(ctx context.Context) error {
-		return refundScript.Run(ctx, l.client, keys, a.id, a.cost).Err()
+	err := l.run(ctx, func(ctx context.Context) error {
+		return refundScript.Run(ctx, l.client, a.keys, a.id, a.cost).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("%w: refund script: %w", ErrUnavailable, err)

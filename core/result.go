@@ -51,7 +51,7 @@ type Status struct {
 
 // admission identifies the members one admitted request recorded.
 type admission struct {
-	identity string
-	id       string
-	cost     int
+	keys []string // one per limit
+	id   string
+	cost int
 }
