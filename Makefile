@@ -22,9 +22,11 @@ demo:
 bench:
 	WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/bench.sh
 
-## lint: golangci-lint in every module, with the configuration at the root.
+## lint: golangci-lint in every module, with the configuration at the root,
+## and a check that every go.mod and go.sum is tidy.
 lint:
 	scripts/each-module.sh $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
+	scripts/each-module.sh env GOWORK=off $(GO) mod tidy -diff
 
 vet:
 	scripts/each-module.sh $(GO) vet ./...
