@@ -34,6 +34,18 @@
 // every limit of one identity sits on one Redis Cluster shard; see Key for
 // how identities of any bytes are made safe.
 //
+// # Identities and client IPs
+//
+// Every adapter of this project builds identities with the constructors of
+// this package, so a client has one quota across REST and gRPC: IPIdentity
+// ("ip:203.0.113.9"), HeaderIdentity for API keys and tokens in a header or
+// gRPC metadata key (hashed by default, so secrets never stand in clear in
+// a Redis key; see HashKey and Readable), UserIdentity ("user:42"),
+// RouteIdentity and JoinIdentities. Every adapter finds client IPs with
+// ClientIP: the peer, unless the peer is one of its TrustedProxies, and then
+// the right-most untrusted hop of the one forwarding header it names
+// (X-Forwarded-For, Forwarded or X-Real-IP).
+//
 // # Failures
 //
 // When Redis is down, slow past the timeout (WithTimeout) or answers with an

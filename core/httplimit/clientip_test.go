@@ -41,12 +41,12 @@ func TestClientIPAddr(t *testing.T) {
 		{"right-most untrusted hop", httplimit.ClientIP{TrustedProxies: trusted}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "1.2.3.4, 198.51.100.1, 10.9.9.9"}}, "198.51.100.1"},
 		{"several header lines", httplimit.ClientIP{TrustedProxies: trusted}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "1.2.3.4"}, {"X-Forwarded-For", "198.51.100.1, 10.0.0.2"}}, "198.51.100.1"},
 		{"walk into an earlier header line", httplimit.ClientIP{TrustedProxies: trusted}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "198.51.100.1"}, {"X-Forwarded-For", "10.0.0.2"}}, "198.51.100.1"},
-		// Which header is read.
-		{"X-Real-IP without X-Forwarded-For", httplimit.ClientIP{TrustedProxies: trusted}, "10.0.0.1:1", [][2]string{{"X-Real-IP", "198.51.100.1"}}, "198.51.100.1"},
-		{"X-Forwarded-For before X-Real-IP", httplimit.ClientIP{TrustedProxies: trusted}, "10.0.0.1:1", [][2]string{{"X-Real-IP", "198.51.100.2"}, {"X-Forwarded-For", "198.51.100.1"}}, "198.51.100.1"},
-		{"chosen headers only", httplimit.ClientIP{TrustedProxies: trusted, Headers: []string{"X-Real-IP"}}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "1.2.3.4"}, {"X-Real-IP", "198.51.100.2"}}, "198.51.100.2"},
-		{"chosen header absent", httplimit.ClientIP{TrustedProxies: trusted, Headers: []string{"X-Client-IP"}}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "1.2.3.4"}}, "10.0.0.1"},
-		{"no headers read", httplimit.ClientIP{TrustedProxies: trusted, Headers: []string{}}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "1.2.3.4"}}, "10.0.0.1"},
+		// Which header is read: X-Forwarded-For by default, one header only.
+		{"X-Real-IP not read by default", httplimit.ClientIP{TrustedProxies: trusted}, "10.0.0.1:1", [][2]string{{"X-Real-IP", "198.51.100.1"}}, "10.0.0.1"},
+		{"X-Real-IP when configured", httplimit.ClientIP{TrustedProxies: trusted, Header: "X-Real-IP"}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "1.2.3.4"}, {"X-Real-IP", "198.51.100.2"}}, "198.51.100.2"},
+		{"Forwarded when configured", httplimit.ClientIP{TrustedProxies: trusted, Header: "Forwarded"}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "1.2.3.4"}, {"Forwarded", `for="[::ffff:198.51.100.2]:80"`}}, "198.51.100.2"},
+		{"chosen header absent", httplimit.ClientIP{TrustedProxies: trusted, Header: "X-Client-IP"}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "1.2.3.4"}}, "10.0.0.1"},
+		{"client line first, proxy line second", httplimit.ClientIP{TrustedProxies: trusted}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "198.51.100.66"}, {"X-Forwarded-For", "203.0.113.77"}}, "203.0.113.77"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -31,13 +31,16 @@
 //	ips := httplimit.ClientIP{TrustedProxies: proxies}
 //	mw := httplimit.New(lim, httplimit.WithKey(ips.Key))
 //
-// ClientIP takes the right-most address in X-Forwarded-For that is not a
-// trusted proxy, by slidelimit.TrustedProxies.ClientAddr, as the gRPC
-// interceptors of this project do with their metadata.
+// ClientIP is slidelimit.ClientIP, the resolver every adapter of this
+// project shares: it takes the right-most address of X-Forwarded-For (every
+// line of it; or of Forwarded or X-Real-IP, if ClientIP.Header names one)
+// that is not a trusted proxy.
 //
-// KeyByHeader, KeyByContext and KeyByPattern key by an API key, an
-// authenticated user or a route; JoinKeys and FirstKey combine keys, and
-// any KeyFunc works.
+// KeyByHeader, KeyByContext and KeyByPattern key by an API key (hashed, so
+// that it never stands in clear in Redis), an authenticated user or a
+// route, with the identities of slidelimit.HeaderIdentity, UserIdentity and
+// RouteIdentity that every adapter and the gRPC interceptors share; JoinKeys
+// and FirstKey combine keys, and any KeyFunc works.
 //
 // # Failures
 //

@@ -61,7 +61,7 @@ func ExampleFirstKey() {
 	fmt.Println(key(r))
 	// Output:
 	// ip:203.0.113.9 <nil>
-	// header:X-Api-Key:k-123 <nil>
+	// header:x-api-key:sha256:NgWp5DWNpDAvis6kHw9Szg <nil>
 }
 
 // Give each client its own quota per route of a ServeMux.
@@ -85,7 +85,7 @@ func ExampleKeyByContext() {
 	r = r.WithContext(context.WithValue(r.Context(), userKey{}, "alice"))
 	fmt.Println(key(r))
 	// Output:
-	// ctx:alice <nil>
+	// user:alice <nil>
 }
 
 // Different limits per plan: one limiter per plan, chosen per request.

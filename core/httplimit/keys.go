@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
-	"strconv"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
 )
@@ -20,42 +19,51 @@ type KeyFunc func(r *http.Request) (string, error)
 // KeyByIP keys a request by its peer address, r.RemoteAddr, with IPv6
 // addresses grouped by /64: ClientIP{}.Key. It is the middleware's default.
 // Behind a proxy, use the Key method of a ClientIP that lists the proxy in
-// TrustedProxies instead, or every client shares the proxy's quota.
+// TrustedProxies instead, or every client shares the proxy's quota:
+//
+//	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
+//	key := httplimit.ClientIP{TrustedProxies: proxies}.Key
 func KeyByIP(r *http.Request) (string, error) {
 	return ClientIP{}.Key(r)
 }
 
 // KeyByHeader keys a request by the value of the header name, such as an
-// API key, as HeaderIdentity(name, value). A request without the header, or
-// with it empty, is an error wrapping slidelimit.ErrInvalidKey; to fall back
-// to the client IP instead, use FirstKey(KeyByHeader(name), KeyByIP).
+// API key, as slidelimit.HeaderIdentity(name, value, opts...): by default
+// "header:x-api-key:sha256:" and a digest of the value, so that the secret
+// never stands in clear in a Redis key; slidelimit.HashKey keys the digest
+// and slidelimit.Readable keeps the value readable for debugging. The
+// identity is the one the other adapters and the gRPC interceptors give
+// the same value, so a client has one quota across all of them. A request
+// without the header, or with it empty, is an error wrapping
+// slidelimit.ErrInvalidKey; to fall back to the client IP instead, use
+// FirstKey(KeyByHeader(name), KeyByIP).
 //
 // The header is only as trustworthy as whatever checks it: limit by an API
 // key after, or together with, the code that validates the key, or clients
 // get a fresh quota for every value they invent.
-func KeyByHeader(name string) KeyFunc {
+func KeyByHeader(name string, opts ...slidelimit.SecretOption) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(name)
 		if v == "" {
 			return "", fmt.Errorf("%w: httplimit: no %s header", slidelimit.ErrInvalidKey, textproto.CanonicalMIMEHeaderKey(name))
 		}
-		return HeaderIdentity(name, v), nil
+		return slidelimit.HeaderIdentity(name, v, opts...), nil
 	}
 }
 
 // KeyByContext keys a request by the value stored under key in its context,
 // such as the user an authentication middleware put there, as
-// ContextIdentity of the value. The middleware must run after the one that
-// stores the value. A missing value is an error wrapping
+// slidelimit.UserIdentity of the value: "user:42". The middleware must run
+// after the one that stores the value. A missing value is an error wrapping
 // slidelimit.ErrInvalidKey.
 func KeyByContext(key any) KeyFunc {
 	return func(r *http.Request) (string, error) {
-		return ContextIdentity(r.Context().Value(key))
+		return slidelimit.UserIdentity(r.Context().Value(key))
 	}
 }
 
 // KeyByPattern keys a request by the route it takes, as RouteIdentity of its
-// ServeMux pattern, such as "GET /items/{id}". Join it with a client key to
+// ServeMux pattern, such as "GET /items/{id}": slidelimit.RouteIdentity. Join it with a client key to
 // give every client a quota per route:
 //
 //	httplimit.JoinKeys(httplimit.KeyByPattern(mux), httplimit.KeyByIP)
@@ -70,14 +78,14 @@ func KeyByContext(key any) KeyFunc {
 // chi and gorilla/mux run Router.Use middleware before they route, so
 // r.Pattern is still empty there; with them, give each route or route group
 // a middleware of its own, or read the router's route in a KeyFunc of your
-// own and pass it through RouteIdentity.
+// own and pass it through slidelimit.RouteIdentity.
 func KeyByPattern(mux *http.ServeMux) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		pattern := r.Pattern
 		if pattern == "" && mux != nil {
 			_, pattern = mux.Handler(r)
 		}
-		return RouteIdentity(pattern), nil
+		return slidelimit.RouteIdentity(pattern), nil
 	}
 }
 
@@ -118,54 +126,23 @@ func FirstKey(keys ...KeyFunc) KeyFunc {
 	}
 }
 
-// HeaderIdentity returns the identity of a request whose header name has
-// value: "header:" + the canonical name + ":" + value. It never equals an
-// identity made by slidelimit.IPIdentity, RouteIdentity or ContextIdentity,
-// so a client cannot pick a header value that shares another key's quota.
-// Every adapter of this project keys by header through it.
+// HeaderIdentity is slidelimit.HeaderIdentity with the default hashing.
+//
+// Deprecated: use slidelimit.HeaderIdentity.
 func HeaderIdentity(name, value string) string {
-	return "header:" + textproto.CanonicalMIMEHeaderKey(name) + ":" + value
+	return slidelimit.HeaderIdentity(name, value)
 }
 
-// RouteIdentity returns the identity of a route, such as a ServeMux pattern
-// or a router's method and path template: "route:" + route. Every adapter
-// of this project keys by route through it.
+// RouteIdentity is slidelimit.RouteIdentity.
+//
+// Deprecated: use slidelimit.RouteIdentity.
 func RouteIdentity(route string) string {
-	return "route:" + route
+	return slidelimit.RouteIdentity(route)
 }
 
-// ContextIdentity returns the identity of a value stored by an
-// authentication layer, such as a user id: "ctx:" + the value as a string.
-// It accepts a non-empty string, a fmt.Stringer and any integer type; nil,
-// an empty string and other types are an error wrapping
-// slidelimit.ErrInvalidKey. Every adapter of this project keys by a stored
-// value through it.
+// ContextIdentity is slidelimit.UserIdentity.
+//
+// Deprecated: use slidelimit.UserIdentity.
 func ContextIdentity(v any) (string, error) {
-	var s string
-	switch v := v.(type) {
-	case nil:
-		return "", fmt.Errorf("%w: httplimit: no value in the context", slidelimit.ErrInvalidKey)
-	case string:
-		s = v
-	case fmt.Stringer:
-		s = v.String()
-	case int:
-		s = strconv.Itoa(v)
-	case int64:
-		s = strconv.FormatInt(v, 10)
-	case int32:
-		s = strconv.FormatInt(int64(v), 10)
-	case uint:
-		s = strconv.FormatUint(uint64(v), 10)
-	case uint64:
-		s = strconv.FormatUint(v, 10)
-	case uint32:
-		s = strconv.FormatUint(uint64(v), 10)
-	default:
-		return "", fmt.Errorf("%w: httplimit: context value of type %T is not a string, fmt.Stringer or integer", slidelimit.ErrInvalidKey, v)
-	}
-	if s == "" {
-		return "", fmt.Errorf("%w: httplimit: empty value in the context", slidelimit.ErrInvalidKey)
-	}
-	return "ctx:" + s, nil
+	return slidelimit.UserIdentity(v)
 }

@@ -44,11 +44,12 @@ func TestKeyFuncs(t *testing.T) {
 		wantErr error
 	}{
 		{"KeyByIP", httplimit.KeyByIP, request("/"), "ip:203.0.113.9", nil},
-		{"KeyByHeader", httplimit.KeyByHeader("x-api-key"), request("/", "X-Api-Key", "k1"), "header:X-Api-Key:k1", nil},
+		{"KeyByHeader readable", httplimit.KeyByHeader("x-api-key", slidelimit.Readable()), request("/", "X-Api-Key", "k1"), "header:x-api-key:clear:k1", nil},
+		{"KeyByHeader", httplimit.KeyByHeader("x-api-key"), request("/", "X-Api-Key", "k1"), slidelimit.HeaderIdentity("X-API-Key", "k1"), nil},
 		{"KeyByHeader missing", httplimit.KeyByHeader("X-API-Key"), request("/"), "", slidelimit.ErrInvalidKey},
-		{"KeyByContext string", httplimit.KeyByContext(ctxKey{}), withValue(request("/"), "alice"), "ctx:alice", nil},
-		{"KeyByContext Stringer", httplimit.KeyByContext(ctxKey{}), withValue(request("/"), userID("7")), "ctx:user-7", nil},
-		{"KeyByContext int64", httplimit.KeyByContext(ctxKey{}), withValue(request("/"), int64(42)), "ctx:42", nil},
+		{"KeyByContext string", httplimit.KeyByContext(ctxKey{}), withValue(request("/"), "alice"), "user:alice", nil},
+		{"KeyByContext Stringer", httplimit.KeyByContext(ctxKey{}), withValue(request("/"), userID("7")), "user:user-7", nil},
+		{"KeyByContext int64", httplimit.KeyByContext(ctxKey{}), withValue(request("/"), int64(42)), "user:42", nil},
 		{"KeyByContext missing", httplimit.KeyByContext(ctxKey{}), request("/"), "", slidelimit.ErrInvalidKey},
 		{"KeyByContext empty", httplimit.KeyByContext(ctxKey{}), withValue(request("/"), ""), "", slidelimit.ErrInvalidKey},
 		{"KeyByContext other type", httplimit.KeyByContext(ctxKey{}), withValue(request("/"), 1.5), "", slidelimit.ErrInvalidKey},
@@ -57,7 +58,7 @@ func TestKeyFuncs(t *testing.T) {
 		{"KeyByPattern unmatched", httplimit.KeyByPattern(mux), request("/nowhere"), "route:", nil},
 		{"JoinKeys", httplimit.JoinKeys(httplimit.KeyByPattern(mux), httplimit.KeyByIP), request("/items/8"), "route:GET /items/{id}|ip:203.0.113.9", nil},
 		{"JoinKeys error", httplimit.JoinKeys(httplimit.KeyByHeader("X-API-Key"), httplimit.KeyByIP), request("/"), "", slidelimit.ErrInvalidKey},
-		{"FirstKey first", httplimit.FirstKey(httplimit.KeyByHeader("X-API-Key"), httplimit.KeyByIP), request("/", "X-API-Key", "k1"), "header:X-Api-Key:k1", nil},
+		{"FirstKey first", httplimit.FirstKey(httplimit.KeyByHeader("X-API-Key"), httplimit.KeyByIP), request("/", "X-API-Key", "k1"), slidelimit.HeaderIdentity("x-api-key", "k1"), nil},
 		{"FirstKey fallback", httplimit.FirstKey(httplimit.KeyByHeader("X-API-Key"), httplimit.KeyByIP), request("/"), "ip:203.0.113.9", nil},
 		{"FirstKey none", httplimit.FirstKey(httplimit.KeyByHeader("X-API-Key")), request("/"), "", slidelimit.ErrInvalidKey},
 		{"FirstKey empty list", httplimit.FirstKey(), request("/"), "", slidelimit.ErrInvalidKey},
@@ -75,12 +76,13 @@ func TestKeyFuncs(t *testing.T) {
 func TestIdentitiesDoNotCollide(t *testing.T) {
 	t.Parallel()
 	ip := slidelimit.IPIdentity("203.0.113.9", 0)
-	ctx, _ := httplimit.ContextIdentity(ip)
+	user, _ := slidelimit.UserIdentity(ip)
 	ids := []string{
 		ip,
-		httplimit.HeaderIdentity("X-API-Key", ip),
-		httplimit.RouteIdentity(ip),
-		ctx,
+		slidelimit.HeaderIdentity("X-API-Key", ip),
+		slidelimit.HeaderIdentity("X-API-Key", ip, slidelimit.Readable()),
+		slidelimit.RouteIdentity(ip),
+		user,
 	}
 	seen := map[string]bool{}
 	for _, id := range ids {
