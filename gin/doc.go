@@ -16,16 +16,22 @@
 //
 // # Keys and proxies
 //
-// By default requests are limited per peer address, c.RemoteIP(), with
-// IPv6 clients grouped by /64. Not c.ClientIP(): a gin.Engine trusts every
-// proxy until SetTrustedProxies says otherwise, so by default c.ClientIP()
-// believes an X-Forwarded-For header any client can forge, and a client
-// could pick a fresh quota for each request. Behind a proxy, call
-// engine.SetTrustedProxies (or set engine.TrustedPlatform) and key by
-// KeyByClientIP, which uses c.ClientIP().
+// By default requests are limited per peer address, with IPv6 clients
+// grouped by /64. Behind a proxy, key by a ClientIP that lists the proxies
+// in TrustedProxies: it resolves the client by slidelimit.ClientIP, the
+// resolver every adapter of this project shares, which reads every line of
+// X-Forwarded-For (or Forwarded, or X-Real-IP, if named) and takes the
+// right-most hop that is not a trusted proxy.
 //
-// KeyByHeader, KeyByContext and KeyByRoute key by an API key, an
-// authenticated user or a route; JoinKeys and FirstKey combine keys, and
+// KeyByGinClientIP keys by Gin's own c.ClientIP() instead, an explicit
+// opt-in with caveats: a gin.Engine trusts every proxy until
+// SetTrustedProxies says otherwise, and c.ClientIP() reads only the first
+// X-Forwarded-For line, so a client whose proxy appends a second line
+// picks its own address.
+//
+// KeyByHeader, KeyByContext and KeyByRoute key by an API key (hashed, so
+// that it never stands in clear in Redis), an authenticated user or a route,
+// with the identities every adapter and the gRPC interceptors share; JoinKeys and FirstKey combine keys, and
 // any KeyFunc works.
 //
 // # Failures

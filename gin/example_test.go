@@ -27,26 +27,48 @@ func ExampleNew() {
 	_ = r.Run(":8080")
 }
 
-// Behind a load balancer: tell Gin which proxies to believe, then key by
-// the client IP Gin resolves.
-func ExampleKeyByClientIP() {
-	r := gin.New()
-	if err := r.SetTrustedProxies([]string{"10.0.0.0/8"}); err != nil {
+// Behind a load balancer: list the proxies to believe, and key by the client
+// IP the shared resolver finds, the right-most untrusted X-Forwarded-For hop
+// of every line.
+func ExampleClientIP() {
+	proxies, err := slidelimit.ParseTrustedProxies("10.0.0.0/8")
+	if err != nil {
 		log.Fatal(err)
 	}
+	key := ginlimit.ClientIP{TrustedProxies: proxies}.Key
+	r := gin.New()
 	r.GET("/", func(c *gin.Context) {
-		fmt.Println(ginlimit.KeyByClientIP(c))
+		fmt.Println(key(c))
 	})
 
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
-	req.Header.Set("X-Forwarded-For", "198.51.100.7")
-	req.RemoteAddr = "10.1.2.3:40000" // the load balancer
+	req.Header.Add("X-Forwarded-For", "192.0.2.1")    // sent by the client
+	req.Header.Add("X-Forwarded-For", "198.51.100.7") // appended by the proxy
+	req.RemoteAddr = "10.1.2.3:40000"                 // the load balancer
 	r.ServeHTTP(httptest.NewRecorder(), req)
 	req.RemoteAddr = "203.0.113.9:40000" // a client that forged the header
 	r.ServeHTTP(httptest.NewRecorder(), req)
 	// Output:
 	// ip:198.51.100.7 <nil>
 	// ip:203.0.113.9 <nil>
+}
+
+// Follow Gin's own resolution, under the engine's trusted proxies.
+func ExampleKeyByGinClientIP() {
+	r := gin.New()
+	if err := r.SetTrustedProxies([]string{"10.0.0.0/8"}); err != nil {
+		log.Fatal(err)
+	}
+	r.GET("/", func(c *gin.Context) {
+		fmt.Println(ginlimit.KeyByGinClientIP(c))
+	})
+
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Set("X-Forwarded-For", "198.51.100.7")
+	req.RemoteAddr = "10.1.2.3:40000" // the load balancer
+	r.ServeHTTP(httptest.NewRecorder(), req)
+	// Output:
+	// ip:198.51.100.7 <nil>
 }
 
 // Give each signed-in user a quota per route, and anonymous clients one per
@@ -65,7 +87,7 @@ func ExampleJoinKeys() {
 	r.ServeHTTP(httptest.NewRecorder(), req)
 	// Output:
 	// route:GET /items/:id|ip:203.0.113.9 <nil>
-	// route:GET /items/:id|ctx:alice <nil>
+	// route:GET /items/:id|user:alice <nil>
 }
 
 // Different limits per route: a tight one for search, a general one for the

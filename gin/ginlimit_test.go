@@ -228,9 +228,9 @@ func TestNewForwardedFor(t *testing.T) {
 	}{
 		{"default key on a trust-all engine ignores a spoofed header", nil, nil, "203.0.113.9:1", codes(200, 200, 429, 429)},
 		{"default key ignores a trusted proxy too", []string{"10.0.0.0/8"}, nil, "10.0.0.1:1", codes(200, 200, 429, 429)},
-		{"KeyByClientIP, untrusted peer cannot spoof", []string{"10.0.0.0/8"}, ginlimit.KeyByClientIP, "203.0.113.9:1", codes(200, 200, 429, 429)},
-		{"KeyByClientIP, trusted proxy forwards distinct clients", []string{"10.0.0.0/8"}, ginlimit.KeyByClientIP, "10.0.0.1:1", codes(200, 200, 200, 200)},
-		{"KeyByClientIP on a trust-all engine believes anyone", nil, ginlimit.KeyByClientIP, "203.0.113.9:1", codes(200, 200, 200, 200)},
+		{"KeyByClientIP, untrusted peer cannot spoof", []string{"10.0.0.0/8"}, ginlimit.KeyByGinClientIP, "203.0.113.9:1", codes(200, 200, 429, 429)},
+		{"KeyByClientIP, trusted proxy forwards distinct clients", []string{"10.0.0.0/8"}, ginlimit.KeyByGinClientIP, "10.0.0.1:1", codes(200, 200, 200, 200)},
+		{"KeyByGinClientIP on a trust-all engine believes anyone", nil, ginlimit.KeyByGinClientIP, "203.0.113.9:1", codes(200, 200, 200, 200)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -42,8 +42,8 @@ type config struct {
 }
 
 // WithKey sets how requests are told apart. The default is KeyByIP: the
-// peer address, c.RemoteIP(), with IPv6 grouped by /64. Behind a proxy, set
-// the engine's trusted proxies and use KeyByClientIP. A nil f keeps the
+// peer address, with IPv6 grouped by /64. Behind a proxy, use the Key of a
+// ClientIP that lists the proxies in TrustedProxies. A nil f keeps the
 // default.
 func WithKey(f KeyFunc) Option {
 	return func(c *config) {

@@ -1,0 +1,96 @@
+package ginlimit_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
+	ginlimit "github.com/slidelimit/slidelimit/gin"
+)
+
+// serveScenario sends the requests of sc through h from a loopback peer and
+// counts the admitted ones by client.
+func serveScenario(t *testing.T, h http.Handler, sc redistest.ClientIPScenario) map[string]int {
+	t.Helper()
+	admitted := map[string]int{}
+	for _, req := range sc.Requests {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "127.0.0.1:40000"
+		for _, f := range req.Header {
+			r.Header.Add(f[0], f[1])
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		switch w.Code {
+		case http.StatusOK:
+			admitted[req.Client]++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("status %d, want 200 or 429", w.Code)
+		}
+	}
+	return admitted
+}
+
+// TestClientIPScenarios runs the proxy scenarios every adapter runs
+// against real Redis through ClientIP.Key.
+func TestClientIPScenarios(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	for _, sc := range redistest.ClientIPScenarios() {
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel()
+			lim := newLimiter(t, rdb, slidelimit.Per(redistest.ClientIPLimit, time.Minute))
+			key := ginlimit.ClientIP{TrustedProxies: sc.TrustedProxies, Header: sc.Header}.Key
+			sc.Check(t, serveScenario(t, engine(ginlimit.New(lim, ginlimit.WithKey(key))), sc))
+		})
+	}
+}
+
+// TestGinClientIPSpoof records why ClientIP is the documented key behind a
+// proxy: Gin's c.ClientIP() reads only the first X-Forwarded-For line, so a
+// client whose proxy appends a second line picks its own identity, while
+// ClientIP.Key holds it to the limit.
+func TestGinClientIPSpoof(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	send := func(mw gin.HandlerFunc) int {
+		r := gin.New()
+		if err := r.SetTrustedProxies([]string{"127.0.0.1"}); err != nil {
+			t.Fatal(err)
+		}
+		r.Use(mw)
+		r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+		n := 0
+		for i := range 20 {
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			req.RemoteAddr = "127.0.0.1:40000"
+			req.Header.Add("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i+1)) // the client's
+			req.Header.Add("X-Forwarded-For", "203.0.113.77")                    // the proxy's
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, req)
+			if w.Code == http.StatusOK {
+				n++
+			}
+		}
+		return n
+	}
+	proxies, err := slidelimit.ParseTrustedProxies("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gin1 := send(ginlimit.New(newLimiter(t, rdb, slidelimit.Per(5, time.Minute)), ginlimit.WithKey(ginlimit.KeyByGinClientIP)))
+	ours := send(ginlimit.New(newLimiter(t, rdb, slidelimit.Per(5, time.Minute)), ginlimit.WithKey(ginlimit.ClientIP{TrustedProxies: proxies}.Key)))
+	t.Logf("20 requests, forged first X-Forwarded-For line: KeyByGinClientIP admitted %d, ClientIP.Key admitted %d", gin1, ours)
+	if ours != 5 {
+		t.Errorf("ClientIP.Key admitted %d of 20, want 5", ours)
+	}
+	if gin1 != 20 {
+		t.Errorf("KeyByGinClientIP admitted %d of 20, want 20 (Gin reads only the first line; if this changed, update the caveat)", gin1)
+	}
+}
