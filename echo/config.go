@@ -43,9 +43,8 @@ type Config struct {
 	// KeyByIP, KeyByHeader, KeyByContext and KeyByRoute build the common
 	// keys; JoinKeys and FirstKey combine them.
 	//
-	// Optional. Default: KeyByIP, the client IP as ClientIP finds it
-	// (through Echo.IPExtractor when the app sets one, and otherwise the
-	// peer address), with IPv6Prefix.
+	// Optional. Default: KeyByIP, the peer address, with IPv6Prefix.
+	// Behind a proxy, use ClientIP{TrustedProxies: ...}.Key.
 	IdentifierExtractor func(c echo.Context) (string, error)
 
 	// IPv6Prefix is the network length by which the default
@@ -145,7 +144,7 @@ func withDefaults(cfg Config) Config {
 	if cfg.IdentifierExtractor == nil {
 		cfg.IdentifierExtractor = DefaultConfig.IdentifierExtractor
 		if cfg.IPv6Prefix != 0 {
-			cfg.IdentifierExtractor = keyByIPPrefix(cfg.IPv6Prefix)
+			cfg.IdentifierExtractor = ClientIP{IPv6Prefix: cfg.IPv6Prefix}.Key
 		}
 	}
 	if cfg.DenyHandler == nil {

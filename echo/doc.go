@@ -23,19 +23,28 @@
 //
 // # Keys and proxies
 //
-// By default requests are limited per client IP, with IPv6 clients grouped
-// by /64 (Config.IPv6Prefix). The client IP is ClientIP: what Echo's
-// IPExtractor says when the app sets one, and otherwise the peer address;
-// never a forwarding header an untrusted client sent, which c.RealIP()
-// alone would believe. Behind a proxy, tell Echo which proxies to trust:
+// By default requests are limited per peer address, with IPv6 clients
+// grouped by /64 (Config.IPv6Prefix); never a forwarding header an
+// untrusted client sent, which c.RealIP() without an IPExtractor would
+// believe. Behind a proxy, key by a ClientIP that lists the proxies in
+// TrustedProxies: it resolves the client by slidelimit.ClientIP, the
+// resolver every adapter of this project shares, which reads every line of
+// X-Forwarded-For (or Forwarded, or X-Real-IP, if named) and takes the
+// right-most hop that is not a trusted proxy:
 //
-//	_, lb, _ := net.ParseCIDR("10.0.0.0/8")
-//	e.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustIPRange(lb))
+//	proxies, err := slidelimit.ParseTrustedProxies("10.0.0.0/8")
+//	e.Use(echolimit.NewWithConfig(lim, echolimit.Config{
+//		IdentifierExtractor: echolimit.ClientIP{TrustedProxies: proxies}.Key,
+//	}))
 //
-// KeyByHeader, KeyByContext and KeyByRoute key by an API key, an
-// authenticated user or a route; JoinKeys and FirstKey combine keys, and
-// any func(echo.Context) (string, error) works as
-// Config.IdentifierExtractor.
+// KeyByRealIP keys by Echo's own c.RealIP() instead, an explicit opt-in
+// that follows Echo.IPExtractor.
+//
+// KeyByHeader, KeyByContext and KeyByRoute key by an API key (hashed, so
+// that it never stands in clear in Redis), an authenticated user or a route,
+// with the identities every adapter and the gRPC interceptors share;
+// JoinKeys and FirstKey combine keys, and any
+// func(echo.Context) (string, error) works as Config.IdentifierExtractor.
 //
 // # Failures
 //

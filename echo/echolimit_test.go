@@ -161,27 +161,37 @@ func TestClientIP(t *testing.T) {
 		},
 		{
 			name:      "untrusted-peer",
+			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
 			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("10.0.0.0/8"))),
 			header:    []string{"X-Forwarded-For", "203.0.113.7"},
 			want:      "ip:192.0.2.1",
 		},
 		{
 			name:      "trusted-peer",
+			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
 			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
 			header:    []string{"X-Forwarded-For", "203.0.113.7"},
 			want:      "ip:203.0.113.7",
 		},
 		{
 			name:      "trusted-peer-forged-hop",
+			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
 			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
 			header:    []string{"X-Forwarded-For", "198.51.100.66, 203.0.113.7"},
 			want:      "ip:203.0.113.7",
 		},
 		{
 			name:      "trusted-real-ip",
+			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
 			extractor: echo.ExtractIPFromRealIPHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
 			header:    []string{"X-Real-IP", "203.0.113.7"},
 			want:      "ip:203.0.113.7",
+		},
+		{
+			name:      "extractor-ignored-by-default",
+			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
+			header:    []string{"X-Forwarded-For", "203.0.113.7"},
+			want:      "ip:192.0.2.1",
 		},
 		{
 			name:   "ipv6-64",

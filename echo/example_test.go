@@ -3,7 +3,6 @@ package echolimit_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -61,13 +60,16 @@ func ExampleNewWithConfig() {
 	e := echo.New()
 	// Behind a load balancer at 10.0.0.0/8: believe its X-Forwarded-For,
 	// and no one else's.
-	_, lb, _ := net.ParseCIDR("10.0.0.0/8")
-	e.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustIPRange(lb))
+	proxies, err := slidelimit.ParseTrustedProxies("10.0.0.0/8")
+	if err != nil {
+		panic(err)
+	}
+	byIP := echolimit.ClientIP{TrustedProxies: proxies}.Key
 	e.Use(echolimit.NewWithConfig(lim, echolimit.Config{
 		// Health checks are never limited.
 		Skipper: func(c echo.Context) bool { return c.Path() == "/healthz" },
 		// Clients with an API key by the key, the others by IP.
-		IdentifierExtractor: echolimit.FirstKey(echolimit.KeyByHeader("X-API-Key"), echolimit.KeyByIP),
+		IdentifierExtractor: echolimit.FirstKey(echolimit.KeyByHeader("X-API-Key"), byIP),
 		// Requests that fail do not use up the quota.
 		SkipFailedRequests: true,
 	}))
@@ -80,21 +82,22 @@ func ExampleClientIP() {
 	// needed.
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	req.RemoteAddr = "192.0.2.1:41000"
-	req.Header.Set("X-Forwarded-For", "203.0.113.7")
+	req.Header.Add("X-Forwarded-For", "203.0.113.7")
 
 	e := echo.New()
 	c := e.NewContext(req, httptest.NewRecorder())
 	fmt.Println("RealIP:  ", c.RealIP())
-	fmt.Println("ClientIP:", echolimit.ClientIP(c))
+	fmt.Println(echolimit.KeyByIP(c))
 
-	// Once the app says whom to trust, both follow it.
-	_, proxies, _ := net.ParseCIDR("192.0.2.0/24")
-	e.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustIPRange(proxies))
-	fmt.Println("trusted: ", echolimit.ClientIP(c))
+	// Once we say whom to trust, the proxy's hop counts: the right-most
+	// untrusted one of every line.
+	proxies, _ := slidelimit.ParseTrustedProxies("192.0.2.0/24")
+	req.Header.Add("X-Forwarded-For", "198.51.100.9") // appended by the proxy
+	fmt.Println(echolimit.ClientIP{TrustedProxies: proxies}.Key(c))
 	// Output:
 	// RealIP:   203.0.113.7
-	// ClientIP: 192.0.2.1
-	// trusted:  203.0.113.7
+	// ip:192.0.2.1 <nil>
+	// ip:198.51.100.9 <nil>
 }
 
 func ExampleJoinKeys() {
