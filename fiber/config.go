@@ -39,8 +39,8 @@ type Config struct {
 	// KeyByIP, KeyByHeader, KeyByLocals and KeyByRoute build the common
 	// keys; JoinKeys and FirstKey combine them.
 	//
-	// Optional. Default: KeyByIP, the client IP as c.IP() resolves it
-	// under the app's proxy settings, with IPv6Prefix.
+	// Optional. Default: KeyByIP, the peer address, with IPv6Prefix.
+	// Behind a proxy, use ClientIP{TrustedProxies: ...}.Key.
 	KeyGenerator func(c *fiber.Ctx) string
 
 	// IPv6Prefix is the network length by which the default KeyGenerator
@@ -143,7 +143,7 @@ func configDefault(config ...Config) Config {
 	if cfg.KeyGenerator == nil {
 		cfg.KeyGenerator = ConfigDefault.KeyGenerator
 		if cfg.IPv6Prefix != 0 {
-			cfg.KeyGenerator = keyByIPPrefix(cfg.IPv6Prefix)
+			cfg.KeyGenerator = ClientIP{IPv6Prefix: cfg.IPv6Prefix}.Key
 		}
 	}
 	if cfg.LimitReached == nil {

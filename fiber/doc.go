@@ -21,26 +21,25 @@
 //
 // # Keys and proxies
 //
-// By default requests are limited per client IP as c.IP() gives it, with
-// IPv6 clients grouped by /64 (Config.IPv6Prefix). c.IP() is the peer
-// address and ignores X-Forwarded-For, unless the app sets
-// fiber.Config.ProxyHeader. Behind a proxy, set ProxyHeader together with
-// EnableTrustedProxyCheck and TrustedProxies, so that only your proxies
-// can name the client:
+// By default requests are limited per peer address, with IPv6 clients
+// grouped by /64 (Config.IPv6Prefix). Behind a proxy, key by a ClientIP
+// that lists the proxies in TrustedProxies: it resolves the client by
+// slidelimit.ClientIP, the resolver every adapter of this project shares,
+// which reads every line of X-Forwarded-For (or Forwarded, or X-Real-IP, if
+// named) and takes the right-most hop that is not a trusted proxy:
 //
-//	app := fiber.New(fiber.Config{
-//		ProxyHeader:             "X-Real-IP",
-//		EnableTrustedProxyCheck: true,
-//		TrustedProxies:          []string{"10.0.0.0/8"},
-//		EnableIPValidation:      true,
-//	})
+//	proxies, err := slidelimit.ParseTrustedProxies("10.0.0.0/8")
+//	app.Use(fiberlimit.New(lim, fiberlimit.Config{
+//		KeyGenerator: fiberlimit.ClientIP{TrustedProxies: proxies}.Key,
+//	}))
 //
-// Fiber reads the left-most address of the header, so name one your proxy
-// overwrites, as nginx can X-Real-IP, rather than an X-Forwarded-For it
-// appends to; see KeyByIP.
+// KeyByFiberIP keys by Fiber's own c.IP() under fiber.Config.ProxyHeader
+// instead, an explicit opt-in with caveats: Fiber reads the left-most
+// address of the header, and rejects IPv4-mapped addresses.
 //
-// KeyByHeader, KeyByLocals and KeyByRoute key by an API key, an
-// authenticated user or a route; JoinKeys and FirstKey combine keys, and any
+// KeyByHeader, KeyByLocals and KeyByRoute key by an API key (hashed, so
+// that it never stands in clear in Redis), an authenticated user or a route,
+// with the identities every adapter and the gRPC interceptors share; JoinKeys and FirstKey combine keys, and any
 // func(*fiber.Ctx) string works as Config.KeyGenerator.
 //
 // # Failures

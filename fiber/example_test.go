@@ -61,19 +61,19 @@ func ExampleNew_config() {
 		panic(err)
 	}
 
-	app := fiber.New(fiber.Config{
-		// Behind a load balancer at 10.0.0.0/8 that sets X-Real-IP: c.IP()
-		// believes the header only from the balancer.
-		ProxyHeader:             "X-Real-IP",
-		EnableTrustedProxyCheck: true,
-		TrustedProxies:          []string{"10.0.0.0/8"},
-		EnableIPValidation:      true,
-	})
+	// Behind a load balancer at 10.0.0.0/8: believe its X-Forwarded-For,
+	// and no one else's.
+	proxies, err := slidelimit.ParseTrustedProxies("10.0.0.0/8")
+	if err != nil {
+		panic(err)
+	}
+	byIP := fiberlimit.ClientIP{TrustedProxies: proxies}.Key
+	app := fiber.New()
 	app.Use(fiberlimit.New(lim, fiberlimit.Config{
 		// Health checks are never limited.
 		Next: func(c *fiber.Ctx) bool { return c.Path() == "/healthz" },
 		// Clients with an API key by the key, the others by IP.
-		KeyGenerator: fiberlimit.FirstKey(fiberlimit.KeyByHeader("X-API-Key"), fiberlimit.KeyByIP),
+		KeyGenerator: fiberlimit.FirstKey(fiberlimit.KeyByHeader("X-API-Key"), byIP),
 		// Requests that fail do not use up the quota.
 		SkipFailedRequests: true,
 	}))

@@ -27,8 +27,8 @@ var (
 //
 // For each request it asks lim, or the limiter Config.Limiter chooses, to
 // admit Config.Cost units (1 by default) for the identity
-// Config.KeyGenerator returns (by default the client IP as c.IP() resolves
-// it), and sets the rate-limit headers of the decision (Config.Headers). An
+// Config.KeyGenerator returns (by default the peer address; behind a proxy,
+// see ClientIP), and sets the rate-limit headers of the decision (Config.Headers). An
 // admitted request goes on to the next handler; a denied one is answered by
 // Config.LimitReached, by default 429 Too Many Requests with Retry-After and
 // an application/problem+json body.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -100,6 +101,7 @@ func TestNewIsolatesKeys(t *testing.T) {
 func TestClientIP(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
+	loopback := slidelimit.TrustedProxies{netip.MustParsePrefix("127.0.0.0/8")}
 	tests := []struct {
 		name   string
 		app    fiber.Config
@@ -119,27 +121,40 @@ func TestClientIP(t *testing.T) {
 			want: "ip:127.0.0.1",
 		},
 		{
-			name: "trusted-peer",
+			name: "proxy-header-ignored-by-default",
 			app:  fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor, EnableTrustedProxyCheck: true, TrustedProxies: []string{"127.0.0.1"}},
 			xff:  "203.0.113.7",
-			want: "ip:203.0.113.7",
+			want: "ip:127.0.0.1",
 		},
 		{
-			name: "ip-validation",
-			app:  fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor, EnableTrustedProxyCheck: true, TrustedProxies: []string{"127.0.0.0/8"}, EnableIPValidation: true},
-			xff:  "bogus, 198.51.100.2, 127.0.0.1",
-			want: "ip:198.51.100.2",
+			name:   "fiber-ip-trusted-peer",
+			app:    fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor, EnableTrustedProxyCheck: true, TrustedProxies: []string{"127.0.0.1"}},
+			config: fiberlimit.Config{KeyGenerator: fiberlimit.KeyByFiberIP},
+			xff:    "203.0.113.7",
+			want:   "ip:203.0.113.7",
 		},
 		{
-			name: "ipv6-64",
-			app:  fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor, EnableTrustedProxyCheck: true, TrustedProxies: []string{"127.0.0.1"}},
-			xff:  "2001:db8:1:2:aaaa::1",
-			want: "ip:2001:db8:1:2::/64",
+			name:   "fiber-ip-validation",
+			app:    fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor, EnableTrustedProxyCheck: true, TrustedProxies: []string{"127.0.0.0/8"}, EnableIPValidation: true},
+			config: fiberlimit.Config{KeyGenerator: fiberlimit.KeyByFiberIP},
+			xff:    "bogus, 198.51.100.2, 127.0.0.1",
+			want:   "ip:198.51.100.2",
+		},
+		{
+			name:   "client-ip-trusted-peer",
+			config: fiberlimit.Config{KeyGenerator: fiberlimit.ClientIP{TrustedProxies: loopback}.Key},
+			xff:    "bogus, 198.51.100.2, 127.0.0.1",
+			want:   "ip:198.51.100.2",
+		},
+		{
+			name:   "ipv6-64",
+			config: fiberlimit.Config{KeyGenerator: fiberlimit.ClientIP{TrustedProxies: loopback}.Key},
+			xff:    "2001:db8:1:2:aaaa::1",
+			want:   "ip:2001:db8:1:2::/64",
 		},
 		{
 			name:   "ipv6-48",
-			app:    fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor, EnableTrustedProxyCheck: true, TrustedProxies: []string{"127.0.0.1"}},
-			config: fiberlimit.Config{IPv6Prefix: 48},
+			config: fiberlimit.Config{KeyGenerator: fiberlimit.ClientIP{TrustedProxies: loopback, IPv6Prefix: 48}.Key},
 			xff:    "2001:db8:1:2:aaaa::1",
 			want:   "ip:2001:db8:1::/48",
 		},

@@ -1,64 +1,119 @@
 package fiberlimit
 
 import (
+	"net/netip"
+
 	"github.com/gofiber/fiber/v2"
 	slidelimit "github.com/slidelimit/slidelimit/core"
-	"github.com/slidelimit/slidelimit/core/httplimit"
 )
 
-// KeyByIP keys a request by its client IP, c.IP(), as
-// slidelimit.IPIdentity(ip, 0): IPv6 clients are grouped by /64. It is the
-// default KeyGenerator, whose grouping Config.IPv6Prefix changes. To join
-// an IP key of another grouping with other keys, write it out:
-// func(c *fiber.Ctx) string { return slidelimit.IPIdentity(c.IP(), 56) }.
+// ClientIP keys requests by client IP, found by slidelimit.ClientIP, the
+// resolver every adapter of this project shares, with the same fields.
+// The zero value keys by the peer address, c.Context().RemoteAddr(), and
+// groups IPv6 clients by /64.
 //
-// c.IP() is the peer address unless the app sets fiber.Config.ProxyHeader.
-// Behind a proxy, set ProxyHeader together with EnableTrustedProxyCheck and
-// TrustedProxies, so that the header is believed only from your proxies;
-// ProxyHeader alone believes it from anyone, and any client can then pick
-// its own key. Set EnableIPValidation too, so that c.IP() is an address
-// rather than the raw header. Fiber takes the left-most address of the
-// header, which a client can forge if your proxy appends to
-// X-Forwarded-For: prefer a header the proxy overwrites, such as X-Real-IP.
+// Behind load balancers or reverse proxies, list their networks in
+// TrustedProxies, and name the header they set in Header (X-Forwarded-For
+// by default, every line of it; or Forwarded or X-Real-IP): from a trusted
+// peer, the header's hops are walked from the right past every trusted
+// address to the first untrusted one, the last address no client could
+// forge. The app's fiber.Config.ProxyHeader and TrustedProxies play no
+// part; KeyByFiberIP follows them instead.
+//
+//	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
+//	app.Use(fiberlimit.New(lim, fiberlimit.Config{
+//		KeyGenerator: fiberlimit.ClientIP{TrustedProxies: proxies}.Key,
+//	}))
+//
+// A ClientIP is a small value, safe for concurrent use while no one changes
+// its fields.
+type ClientIP slidelimit.ClientIP
+
+// Addr returns the client IP of c's request, and false if the peer has no
+// IP address.
+func (ip ClientIP) Addr(c *fiber.Ctx) (netip.Addr, bool) {
+	peer, ok := slidelimit.PeerAddr(c.Context().RemoteAddr().String())
+	if !ok {
+		return peer, false
+	}
+	return slidelimit.ClientIP(ip).Addr(peer, func(name string) []string {
+		lines := c.Request().Header.PeekAll(name)
+		values := make([]string, len(lines))
+		for i, l := range lines {
+			values[i] = string(l) // a copy: fasthttp reuses the bytes
+		}
+		return values
+	}), true
+}
+
+// Key returns the identity of c's client, slidelimit.IPIdentity of Addr,
+// such as "ip:203.0.113.9" or "ip:2001:db8::/64". It is a KeyGenerator. A
+// request without a client IP gets the empty key, which is an error.
+func (ip ClientIP) Key(c *fiber.Ctx) string {
+	addr, ok := ip.Addr(c)
+	if !ok {
+		return ""
+	}
+	return slidelimit.IPIdentity(addr.String(), ip.IPv6Prefix)
+}
+
+// KeyByIP keys a request by its peer address with IPv6 grouped by /64:
+// ClientIP{}.Key. It is the default KeyGenerator, whose grouping
+// Config.IPv6Prefix changes. Behind a proxy every client shares the
+// proxy's quota: use a ClientIP that lists the proxy in TrustedProxies.
 func KeyByIP(c *fiber.Ctx) string {
+	return ClientIP{}.Key(c)
+}
+
+// KeyByFiberIP keys a request by c.IP(), the client IP as Fiber resolves it
+// under the app's fiber.Config.ProxyHeader, with IPv6 grouped by /64.
+// Prefer ClientIP{TrustedProxies: ...}.Key; use this only to follow an
+// app's proxy settings you already rely on, and mind Fiber's caveats:
+//   - ProxyHeader without EnableTrustedProxyCheck and TrustedProxies
+//     believes the header from any client, which then picks its own key;
+//   - c.IP() takes the left-most address of X-Forwarded-For, the one a
+//     client forges when its proxy appends to the header, so only a header
+//     the proxy overwrites, such as X-Real-IP, is safe;
+//   - with EnableIPValidation, an IPv4-mapped X-Real-IP
+//     ("::ffff:198.51.100.9") is rejected and the client keyed as the
+//     proxy; without it, c.IP() is the header's raw value;
+//   - it reads no Forwarded header.
+func KeyByFiberIP(c *fiber.Ctx) string {
 	return slidelimit.IPIdentity(c.IP(), 0)
 }
 
-// keyByIPPrefix is KeyByIP with IPv6 networks of ipv6Prefix bits.
-func keyByIPPrefix(ipv6Prefix int) func(c *fiber.Ctx) string {
-	return func(c *fiber.Ctx) string {
-		return slidelimit.IPIdentity(c.IP(), ipv6Prefix)
-	}
-}
-
 // KeyByHeader returns a KeyGenerator that keys a request by the value of
-// its header name, such as an API key, as httplimit.HeaderIdentity(name,
-// value). A request without the header gets the empty key, which is an
-// error; to fall back to the client IP instead, use
-// FirstKey(KeyByHeader(name), KeyByIP).
+// its header name, such as an API key, as slidelimit.HeaderIdentity(name,
+// value, opts...): by default "header:x-api-key:sha256:" and a digest of
+// the value, so that the secret never stands in clear in a Redis key;
+// slidelimit.HashKey keys the digest and slidelimit.Readable keeps the
+// value readable for debugging. The identity is the one the other adapters
+// and the gRPC interceptors give the same value. A request without the
+// header gets the empty key, which is an error; to fall back to the client
+// IP instead, use FirstKey(KeyByHeader(name), KeyByIP).
 //
 // The header is only as trustworthy as whatever checks it: limit by an API
 // key after, or together with, the handler that validates the key, or
 // clients get a fresh quota for every value they invent.
-func KeyByHeader(name string) func(c *fiber.Ctx) string {
+func KeyByHeader(name string, opts ...slidelimit.SecretOption) func(c *fiber.Ctx) string {
 	return func(c *fiber.Ctx) string {
 		v := c.Get(name)
 		if v == "" {
 			return ""
 		}
-		return httplimit.HeaderIdentity(name, v)
+		return slidelimit.HeaderIdentity(name, v, opts...)
 	}
 }
 
 // KeyByLocals returns a KeyGenerator that keys a request by the value an
 // earlier handler stored with c.Locals(key, value), such as the user an
-// authentication middleware found, as httplimit.ContextIdentity of the
-// value: a string, a fmt.Stringer or an integer. A missing value, or one of
-// another type, gets the empty key, which is an error. The rate limiter
-// must run after the handler that stores the value.
+// authentication middleware found, as slidelimit.UserIdentity of the value
+// ("user:42"): a string, a fmt.Stringer or an integer. A missing value, or
+// one of another type, gets the empty key, which is an error. The rate
+// limiter must run after the handler that stores the value.
 func KeyByLocals(key any) func(c *fiber.Ctx) string {
 	return func(c *fiber.Ctx) string {
-		id, err := httplimit.ContextIdentity(c.Locals(key))
+		id, err := slidelimit.UserIdentity(c.Locals(key))
 		if err != nil {
 			return ""
 		}
@@ -68,7 +123,7 @@ func KeyByLocals(key any) func(c *fiber.Ctx) string {
 
 // KeyByRoute keys a request by its method and the path of the route the
 // middleware is registered on, such as "GET /items/:id", as
-// httplimit.RouteIdentity. Join it with a client key to give each client a
+// slidelimit.RouteIdentity. Join it with a client key to give each client a
 // quota per route:
 //
 //	app.Get("/items/:id", fiberlimit.New(lim, fiberlimit.Config{
@@ -80,7 +135,7 @@ func KeyByLocals(key any) func(c *fiber.Ctx) string {
 // "/api", and every route under it shares one key. Register the middleware
 // on each route to tell them apart.
 func KeyByRoute(c *fiber.Ctx) string {
-	return httplimit.RouteIdentity(c.Method() + " " + c.Route().Path)
+	return slidelimit.RouteIdentity(c.Method() + " " + c.Route().Path)
 }
 
 // JoinKeys returns a KeyGenerator that keys a request by every key keys

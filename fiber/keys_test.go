@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	slidelimit "github.com/slidelimit/slidelimit/core"
 	fiberlimit "github.com/slidelimit/slidelimit/fiber"
 )
 
@@ -21,17 +22,17 @@ func TestKeyGenerators(t *testing.T) {
 		want   string
 	}{
 		{name: "ip", key: fiberlimit.KeyByIP, want: "ip:0.0.0.0"},
-		{name: "header", key: apiKey, header: "k1", want: "header:X-Api-Key:k1"},
+		{name: "header", key: apiKey, header: "k1", want: slidelimit.HeaderIdentity("X-API-Key", "k1")},
 		{name: "header-missing", key: apiKey, want: ""},
-		{name: "locals-string", key: fiberlimit.KeyByLocals("user"), locals: "u-1", want: "ctx:u-1"},
-		{name: "locals-int", key: fiberlimit.KeyByLocals("user"), locals: 42, want: "ctx:42"},
+		{name: "locals-string", key: fiberlimit.KeyByLocals("user"), locals: "u-1", want: "user:u-1"},
+		{name: "locals-int", key: fiberlimit.KeyByLocals("user"), locals: 42, want: "user:42"},
 		{name: "locals-missing", key: fiberlimit.KeyByLocals("user"), want: ""},
 		{name: "locals-bad-type", key: fiberlimit.KeyByLocals("user"), locals: struct{}{}, want: ""},
 		{name: "route", key: fiberlimit.KeyByRoute, want: "route:GET /items/:id"},
-		{name: "join", key: fiberlimit.JoinKeys(apiKey, fiberlimit.KeyByIP), header: "k|1", want: `header:X-Api-Key:k\|1|ip:0.0.0.0`},
+		{name: "join", key: fiberlimit.JoinKeys(apiKey, fiberlimit.KeyByIP), header: "k|1", want: slidelimit.HeaderIdentity("X-API-Key", "k|1") + "|ip:0.0.0.0"},
 		{name: "join-one-empty", key: fiberlimit.JoinKeys(apiKey, fiberlimit.KeyByIP), want: ""},
 		{name: "join-none", key: fiberlimit.JoinKeys(), want: ""},
-		{name: "first-header", key: fiberlimit.FirstKey(apiKey, fiberlimit.KeyByIP), header: "k1", want: "header:X-Api-Key:k1"},
+		{name: "first-header", key: fiberlimit.FirstKey(apiKey, fiberlimit.KeyByIP), header: "k1", want: slidelimit.HeaderIdentity("X-API-Key", "k1")},
 		{name: "first-fallback", key: fiberlimit.FirstKey(apiKey, fiberlimit.KeyByIP), want: "ip:0.0.0.0"},
 		{name: "first-none", key: fiberlimit.FirstKey(), want: ""},
 	}
