@@ -28,6 +28,9 @@ type verdict struct {
 	// md holds the rate-limit fields: for the response headers when err is
 	// nil, for the trailers otherwise. It may be nil.
 	md metadata.MD
+	// res is the limiter's decision, for a refund; lim made it.
+	res slidelimit.Result
+	lim *slidelimit.Limiter
 }
 
 // newCall describes the call to key functions and selectors.
@@ -75,16 +78,24 @@ func (c *config) identify(ctx context.Context, call Call, key KeyFunc) (string, 
 	return "", st.Err()
 }
 
-// check counts one unit for id against lim. With headers, an allowed
-// call's verdict carries its rate-limit fields for the response headers.
-func (c *config) check(ctx context.Context, fullMethod string, lim *slidelimit.Limiter, id string, headers bool) verdict {
-	res, err := lim.Allow(ctx, id)
+// costOf returns the units call takes, by WithCost.
+func (c *config) costOf(ctx context.Context, call Call) int {
+	if c.cost == nil {
+		return 1
+	}
+	return c.cost(ctx, call)
+}
+
+// check counts n units for id against lim. With headers, an allowed call's
+// verdict carries its rate-limit fields for the response headers.
+func (c *config) check(ctx context.Context, fullMethod string, lim *slidelimit.Limiter, id string, n int, headers bool) verdict {
+	res, err := lim.AllowN(ctx, id, n)
 	switch {
 	case err == nil && res.Allowed:
 		if !headers || c.noHeaders {
-			return verdict{}
+			return verdict{res: res, lim: lim}
 		}
-		return verdict{md: c.fields(res)}
+		return verdict{md: c.fields(res), res: res, lim: lim}
 	case err == nil:
 		return verdict{err: exhausted(res), md: c.trailer(res)}
 	case ctx.Err() != nil:
@@ -93,13 +104,29 @@ func (c *config) check(ctx context.Context, fullMethod string, lim *slidelimit.L
 	}
 	c.report(ctx, fullMethod, err)
 	if !errors.Is(err, slidelimit.ErrUnavailable) {
-		// An empty identity from a custom KeyFunc: a server fault.
+		// An empty identity from a custom KeyFunc, or a cost out of
+		// range: a server fault.
 		return verdict{err: status.Error(codes.Internal, "grpclimit: cannot limit the call")}
 	}
 	if res.Allowed {
 		return verdict{} // fail-open: a fallback claims no quota, so no fields
 	}
 	return verdict{err: unavailable(res), md: c.trailer(res)}
+}
+
+// refund gives back the units of v, an admitted call that ended with err,
+// when WithRefundFailed or WithRefundSuccessful asks for it.
+func (c *config) refund(ctx context.Context, fullMethod string, v verdict, err error) {
+	if !c.refundFail && !c.refundOK || v.lim == nil || !v.res.Allowed || v.res.Fallback {
+		return
+	}
+	if failed := c.failed(status.Code(err)); failed && c.refundFail || !failed && c.refundOK {
+		// The caller may be gone; the refund is still owed, bounded by the
+		// limiter's timeout.
+		if rerr := v.lim.Refund(context.WithoutCancel(ctx), v.res); rerr != nil {
+			c.report(ctx, fullMethod, fmt.Errorf("grpclimit: refund: %w", rerr))
+		}
+	}
 }
 
 func (c *config) report(ctx context.Context, fullMethod string, err error) {

@@ -9,15 +9,25 @@
 //		return err
 //	}
 //	srv := grpc.NewServer(
-//		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, grpclimit.WithSkip("grpc.health.v1.Health"))),
-//		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(lim, grpclimit.WithSkip("grpc.health.v1.Health"))),
+//		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, grpclimit.WithSkipMethods("grpc.health.v1.Health"))),
+//		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(lim, grpclimit.WithSkipMethods("grpc.health.v1.Health"))),
 //	)
 //
-// Each unary call, and each stream when it opens, counts once against the
-// limit of its caller, by default the client IP address (WithKey,
-// WithTrustedProxies). Methods can have their own limiters
-// (WithMethodLimiters, WithLimiterFunc), and streams can also be limited
-// per received message (WithMessageLimit).
+// Each unary call, and each stream when it opens, counts once (or WithCost
+// units) against the limit of its caller, by default the client IP address
+// (WithKey, WithTrustedProxies). Methods can have their own limiters
+// (WithMethodLimiters, WithLimiterFunc), streams can also be limited per
+// received message (WithMessageLimit), and calls can give their units back
+// by status code (WithRefundFailed, WithRefundSuccessful).
+//
+// # Keys
+//
+// Key helpers and identities are those of the HTTP adapters of this
+// project: KeyByIP, KeyByMetadata (an API key, hashed so that it never
+// stands in clear in Redis, and the identity KeyByHeader gives the same
+// value over HTTP), KeyByUser, KeyByMethod, JoinKeys and FirstKey, so a
+// client has one quota across REST and gRPC. Client IPs behind trusted
+// proxies are resolved by slidelimit.ClientIP, as over HTTP.
 //
 // # Denials
 //

@@ -28,7 +28,7 @@ func ExampleUnaryServerInterceptor() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	skip := grpclimit.WithSkip("grpc.health.v1.Health")
+	skip := grpclimit.WithSkipMethods("grpc.health.v1.Health")
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, skip)),
 		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(lim, skip)),
@@ -52,7 +52,7 @@ func ExampleWithMethodLimiters() {
 		grpclimit.WithMethodLimiters(map[string]*slidelimit.Limiter{
 			"/acme.reports.v1.Reports/Generate": reports,
 		}),
-		grpclimit.WithKey(grpclimit.FirstOf(grpclimit.KeyByMetadata("x-api-key"), grpclimit.KeyByIP(0))),
+		grpclimit.WithKey(grpclimit.FirstKey(grpclimit.KeyByMetadata("x-api-key"), grpclimit.KeyByIP)),
 	)
 	_ = grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor))
 }
@@ -88,12 +88,12 @@ func ExampleWithMessageLimit() {
 		log.Fatal(err)
 	}
 	_ = grpc.NewServer(grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(streams,
-		grpclimit.WithMessageLimit(messages, grpclimit.Join(grpclimit.KeyByMethod(), grpclimit.KeyByIP(0))))))
+		grpclimit.WithMessageLimit(messages, grpclimit.JoinKeys(grpclimit.KeyByMethod, grpclimit.KeyByIP)))))
 }
 
 // A key function sees the call's metadata and a description of the call.
-func ExampleFirstOf() {
-	key := grpclimit.FirstOf(grpclimit.KeyByMetadata("x-api-key"), grpclimit.KeyByIP(0))
+func ExampleFirstKey() {
+	key := grpclimit.FirstKey(grpclimit.KeyByMetadata("x-api-key"), grpclimit.KeyByIP)
 	call := grpclimit.Call{FullMethod: "/acme.v1.Shop/Buy", ClientIP: netip.MustParseAddr("2001:db8::7")}
 
 	withKey := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", "k-123"))
@@ -103,7 +103,7 @@ func ExampleFirstOf() {
 	id, _ = key(context.Background(), call)
 	fmt.Println(id)
 	// Output:
-	// md:x-api-key:k-123
+	// header:x-api-key:sha256:NgWp5DWNpDAvis6kHw9Szg
 	// ip:2001:db8::/64
 }
 

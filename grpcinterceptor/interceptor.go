@@ -49,7 +49,7 @@ func UnaryServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.UnaryS
 		if err != nil {
 			return nil, err
 		}
-		v := c.check(ctx, call.FullMethod, l, id, true)
+		v := c.check(ctx, call.FullMethod, l, id, c.costOf(ctx, call), true)
 		if v.err != nil {
 			if len(v.md) > 0 {
 				_ = grpc.SetTrailer(ctx, v.md) // fails only outside a gRPC server
@@ -57,6 +57,7 @@ func UnaryServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.UnaryS
 			return nil, v.err
 		}
 		resp, err := handler(ctx, req)
+		c.refund(ctx, call.FullMethod, v, err)
 		if len(v.md) > 0 {
 			// A handler that sent its headers itself leaves SetHeader
 			// failing; the fields then go to the trailers.
@@ -90,20 +91,21 @@ func StreamServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.Strea
 		}
 		w := &serverStream{ServerStream: ss, c: c, method: info.FullMethod}
 		var callID string // the call key's identity, computed at most once
+		var open verdict  // the stream's opening count, for a refund
 		if l := c.limiterFor(ctx, call); l != nil && !c.noOpenLimit {
 			id, err := c.identify(ctx, call, c.key)
 			if err != nil {
 				return err
 			}
 			callID = id
-			v := c.check(ctx, call.FullMethod, l, id, true)
+			v := c.check(ctx, call.FullMethod, l, id, c.costOf(ctx, call), true)
 			if v.err != nil {
 				if len(v.md) > 0 {
 					ss.SetTrailer(v.md)
 				}
 				return v.err
 			}
-			w.header = v.md
+			w.header, open = v.md, v
 		}
 		if c.msgLimiter != nil {
 			w.msgLimiter, w.msgID = c.msgLimiter, callID
@@ -120,9 +122,12 @@ func StreamServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.Strea
 			}
 		}
 		if w.header == nil && w.msgLimiter == nil {
-			return handler(srv, ss) // nothing to add: no wrapper
+			err := handler(srv, ss) // nothing to add: no wrapper
+			c.refund(ctx, call.FullMethod, open, err)
+			return err
 		}
 		err := handler(srv, w)
+		c.refund(ctx, call.FullMethod, open, err)
 		if md := w.takeHeader(); md != nil {
 			if err != nil || ss.SetHeader(md) != nil {
 				ss.SetTrailer(md)
@@ -180,7 +185,7 @@ func (s *serverStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil || s.msgLimiter == nil {
 		return err
 	}
-	v := s.c.check(s.Context(), s.method, s.msgLimiter, s.msgID, false)
+	v := s.c.check(s.Context(), s.method, s.msgLimiter, s.msgID, 1, false)
 	if v.err != nil {
 		s.takeHeader() // the stream's fields would contradict the message's
 		if len(v.md) > 0 {

@@ -34,13 +34,21 @@ type Call struct {
 // A KeyFunc must be safe for concurrent use.
 type KeyFunc func(ctx context.Context, call Call) (string, error)
 
-// KeyByIP returns a KeyFunc that identifies callers by Call.ClientIP, as
-// slidelimit.IPIdentity does: an IPv4 address stands for itself, an IPv6
-// address for its network of ipv6Prefix bits (0 means
-// slidelimit.DefaultIPv6Prefix, /64; 128 keeps each address apart). It is
-// the default key, with ipv6Prefix 0. A call whose peer has no IP address
-// fails with ErrNoIdentity and codes.Internal.
-func KeyByIP(ipv6Prefix int) KeyFunc {
+// KeyByIP identifies callers by Call.ClientIP, as slidelimit.IPIdentity
+// does: an IPv4 address stands for itself, an IPv6 address for its /64
+// network (slidelimit.DefaultIPv6Prefix). It is the default key, and gives
+// the identity the HTTP adapters' KeyByIP and ClientIP.Key give the same
+// client. A call whose peer has no IP address fails with ErrNoIdentity and
+// codes.Internal.
+func KeyByIP(ctx context.Context, call Call) (string, error) {
+	return KeyByIPPrefix(0)(ctx, call)
+}
+
+// KeyByIPPrefix is KeyByIP with IPv6 addresses grouped by networks of
+// ipv6Prefix bits: 0 means slidelimit.DefaultIPv6Prefix (/64), 128 keeps
+// each address apart. It matches the IPv6Prefix field of the HTTP
+// adapters' ClientIP.
+func KeyByIPPrefix(ipv6Prefix int) KeyFunc {
 	return func(_ context.Context, call Call) (string, error) {
 		if !call.ClientIP.IsValid() {
 			return "", &noIdentity{codes.Internal, "grpclimit: the peer has no IP address to limit by"}
@@ -51,54 +59,60 @@ func KeyByIP(ipv6Prefix int) KeyFunc {
 
 // KeyByMetadata returns a KeyFunc that identifies callers by the first
 // non-empty value of the request metadata key, such as an API key in
-// "x-api-key": the identity is "md:x-api-key:" and the value. A call
-// without the key fails with ErrNoIdentity and codes.Unauthenticated; use
-// FirstOf to fall back to another key instead.
+// "x-api-key", as slidelimit.HeaderIdentity(key, value, opts...): by
+// default "header:x-api-key:sha256:" and a digest of the value, the very
+// identity the HTTP adapters' KeyByHeader("X-API-Key") gives the same
+// value, so that a client has one quota across REST and gRPC. The value is
+// hashed so that the secret never stands in clear in a Redis key;
+// slidelimit.HashKey keys the digest and slidelimit.Readable keeps the
+// value readable for debugging. A call without the key fails with
+// ErrNoIdentity and codes.Unauthenticated; use FirstKey to fall back to
+// another key instead.
 //
-// The value becomes part of a Redis key (see slidelimit.Key), where anyone
-// who can list the keys of that Redis can read it. For secrets, prefer a
-// KeyFunc that maps them to an account id.
-func KeyByMetadata(key string) KeyFunc {
+// Limit by an API key after, or together with, the interceptor that
+// validates it, or callers get a fresh quota for every value they invent.
+func KeyByMetadata(key string, opts ...slidelimit.SecretOption) KeyFunc {
 	key = strings.ToLower(key)
 	return func(ctx context.Context, _ Call) (string, error) {
 		for _, v := range metadata.ValueFromIncomingContext(ctx, key) {
 			if v != "" {
-				return "md:" + key + ":" + v, nil
+				return slidelimit.HeaderIdentity(key, v, opts...), nil
 			}
 		}
 		return "", &noIdentity{codes.Unauthenticated, "grpclimit: missing metadata " + key}
 	}
 }
 
-// KeyByMethod returns a KeyFunc that identifies a call by its method alone,
-// "method:/package.Service/Method", so that all callers of a method share
-// one quota. Join it with another key to count each caller per method.
-func KeyByMethod() KeyFunc {
-	return func(_ context.Context, call Call) (string, error) {
-		return "method:" + call.FullMethod, nil
-	}
+// KeyByMethod identifies a call by its method alone, as
+// slidelimit.RouteIdentity(FullMethod), "route:/package.Service/Method", so
+// that all callers of a method share one quota. Join it with another key to
+// count each caller per method, as the HTTP adapters' KeyByRoute does.
+func KeyByMethod(_ context.Context, call Call) (string, error) {
+	return slidelimit.RouteIdentity(call.FullMethod), nil
 }
 
 // KeyByUser returns a KeyFunc that identifies callers by the authenticated
 // user that user finds in the context, usually put there by an
-// authentication interceptor that runs before the limit: the identity is
-// "user:" and the user. A call for which user returns "" fails with
-// ErrNoIdentity and codes.Unauthenticated.
+// authentication interceptor that runs before the limit, as
+// slidelimit.UserIdentity: "user:" and the user, the identity the HTTP
+// adapters' KeyByContext gives the same user id. A call for which user
+// returns "" fails with ErrNoIdentity and codes.Unauthenticated.
 func KeyByUser(user func(ctx context.Context) string) KeyFunc {
 	return func(ctx context.Context, _ Call) (string, error) {
 		if user != nil {
 			if u := user(ctx); u != "" {
-				return "user:" + u, nil
+				return slidelimit.UserIdentity(u)
 			}
 		}
 		return "", &noIdentity{codes.Unauthenticated, "grpclimit: the call has no authenticated user"}
 	}
 }
 
-// Join returns a KeyFunc whose identity joins the identities of keys with
-// slidelimit.JoinIdentities, such as a method and a client IP. It fails as
-// soon as one of keys fails.
-func Join(keys ...KeyFunc) KeyFunc {
+// JoinKeys returns a KeyFunc whose identity joins the identities of keys
+// with slidelimit.JoinIdentities, such as a method and a client IP:
+// JoinKeys(KeyByMethod, KeyByIP). It fails as soon as one of keys fails.
+// Nil keys are skipped.
+func JoinKeys(keys ...KeyFunc) KeyFunc {
 	return func(ctx context.Context, call Call) (string, error) {
 		parts := make([]string, 0, len(keys))
 		for _, k := range keys {
@@ -115,13 +129,18 @@ func Join(keys ...KeyFunc) KeyFunc {
 	}
 }
 
-// FirstOf returns a KeyFunc that tries keys in order and returns the first
-// identity found: FirstOf(KeyByMetadata("x-api-key"), KeyByIP(0)) limits
-// calls with an API key by that key and the others by IP address. A key
-// that fails with ErrNoIdentity passes to the next; any other error is
+// Join is JoinKeys.
+//
+// Deprecated: use JoinKeys, the name every adapter of this project uses.
+func Join(keys ...KeyFunc) KeyFunc { return JoinKeys(keys...) }
+
+// FirstKey returns a KeyFunc that tries keys in order and returns the
+// first identity found: FirstKey(KeyByMetadata("x-api-key"), KeyByIP)
+// limits calls with an API key by that key and the others by IP address. A
+// key that fails with ErrNoIdentity passes to the next; any other error is
 // returned at once. When every key finds nothing, the last one's error is
 // returned.
-func FirstOf(keys ...KeyFunc) KeyFunc {
+func FirstKey(keys ...KeyFunc) KeyFunc {
 	return func(ctx context.Context, call Call) (string, error) {
 		var err error = &noIdentity{codes.Unauthenticated, "grpclimit: no key to identify the caller"}
 		for _, k := range keys {
@@ -137,14 +156,19 @@ func FirstOf(keys ...KeyFunc) KeyFunc {
 	}
 }
 
+// FirstOf is FirstKey.
+//
+// Deprecated: use FirstKey, the name every adapter of this project uses.
+func FirstOf(keys ...KeyFunc) KeyFunc { return FirstKey(keys...) }
+
 // DefaultForwardedKey is the metadata key read for the client's address
 // when the peer is a trusted proxy, unless WithForwardedKey names another.
 const DefaultForwardedKey = "x-forwarded-for"
 
 // clientIP resolves Call.ClientIP from the peer and, when the peer is a
-// trusted proxy, the forwarding metadata, by
-// slidelimit.TrustedProxies.ClientAddr: the walk httplimit.ClientIP does
-// for HTTP, so both trust exactly the same addresses.
+// trusted proxy, the forwarding metadata, by slidelimit.ClientIP, the
+// resolver every HTTP adapter of this project uses, so all of them trust
+// exactly the same addresses.
 func (c *config) clientIP(ctx context.Context) netip.Addr {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
@@ -154,8 +178,8 @@ func (c *config) clientIP(ctx context.Context) netip.Addr {
 	if !ok {
 		return netip.Addr{}
 	}
-	if !c.proxies.Contains(addr) {
-		return addr
-	}
-	return c.proxies.ClientAddr(addr, metadata.ValueFromIncomingContext(ctx, c.forwardedKey))
+	resolver := slidelimit.ClientIP{TrustedProxies: c.proxies, Header: c.forwardedKey}
+	return resolver.Addr(addr, func(name string) []string {
+		return metadata.ValueFromIncomingContext(ctx, strings.ToLower(name))
+	})
 }

@@ -27,13 +27,15 @@ type Limiter struct {
 }
 
 // NewLimiter returns a Limiter that counts calls against lim, chosen, keyed
-// and skipped as the options say, as for UnaryServerInterceptor. The stream
-// options (WithoutStreamOpenLimit, WithMessageLimit) do not apply.
+// and skipped as the options say, as for UnaryServerInterceptor, with the
+// cost of WithCost. The stream options (WithoutStreamOpenLimit,
+// WithMessageLimit) do not apply, nor do the refund options: Limit never
+// sees how the call ends.
 func NewLimiter(lim *slidelimit.Limiter, opts ...Option) *Limiter {
 	return &Limiter{c: newConfig(lim, opts)}
 }
 
-// Limit counts one call, whose method it reads from the server context,
+// Limit counts one call (WithCost units), whose method it reads from the server context,
 // and returns nil if the call may go on. Otherwise it returns the status
 // error UnaryServerInterceptor would, after setting the call's trailers.
 func (l *Limiter) Limit(ctx context.Context) error {
@@ -50,7 +52,7 @@ func (l *Limiter) Limit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v := l.c.check(ctx, method, lim, id, false)
+	v := l.c.check(ctx, method, lim, id, l.c.costOf(ctx, call), false)
 	if v.err != nil && len(v.md) > 0 {
 		_ = grpc.SetTrailer(ctx, v.md) // fails only outside a gRPC server
 	}

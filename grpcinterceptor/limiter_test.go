@@ -36,7 +36,7 @@ func limitInterceptor(l middlewareLimiter) grpc.UnaryServerInterceptor {
 func TestLimiter(t *testing.T) {
 	t.Parallel()
 	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second))
-	l := grpclimit.NewLimiter(lim, grpclimit.WithSkip("grpc.health.v1.Health"))
+	l := grpclimit.NewLimiter(lim, grpclimit.WithSkipMethods("grpc.health.v1.Health"))
 	srv := startServer(t, []grpc.UnaryServerInterceptor{limitInterceptor(l)}, nil)
 	conn := dial(t, srv.addr)
 	for i := range 5 {
@@ -68,7 +68,7 @@ func TestLimiterOutsideServer(t *testing.T) {
 	if status.Code(err) != codes.Internal {
 		t.Errorf("Limit(background) = %v, want Internal: no peer IP", err)
 	}
-	err = grpclimit.NewLimiter(lim, grpclimit.WithKey(grpclimit.KeyByMethod())).Limit(t.Context())
+	err = grpclimit.NewLimiter(lim, grpclimit.WithKey(grpclimit.KeyByMethod)).Limit(t.Context())
 	if err != nil {
 		t.Errorf("Limit(background) keyed by method = %v, want nil", err)
 	}

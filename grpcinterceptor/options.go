@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"google.golang.org/grpc/codes"
 )
 
 // Option configures the interceptors and Limiter of this package.
@@ -28,6 +29,10 @@ type config struct {
 	key          KeyFunc
 	skip         map[string]bool // by "pkg.Service/Method" or "pkg.Service"
 	skipFunc     func(ctx context.Context, call Call) bool
+	cost         func(ctx context.Context, call Call) int
+	refundFail   bool
+	refundOK     bool
+	failed       func(codes.Code) bool
 	proxies      slidelimit.TrustedProxies
 	forwardedKey string
 	headers      slidelimit.Headers
@@ -41,8 +46,9 @@ type config struct {
 func newConfig(lim *slidelimit.Limiter, opts []Option) *config {
 	c := &config{
 		limiter:      lim,
-		key:          KeyByIP(0),
+		key:          KeyByIP,
 		forwardedKey: DefaultForwardedKey,
+		failed:       Failed,
 		onError:      logError,
 	}
 	for _, opt := range opts {
@@ -59,7 +65,7 @@ func logError(ctx context.Context, fullMethod string, err error) {
 	slog.ErrorContext(ctx, "grpclimit: rate limit", "method", fullMethod, "err", err)
 }
 
-// WithKey sets how callers are identified. The default is KeyByIP(0): the
+// WithKey sets how callers are identified. The default is KeyByIP: the
 // client IP address, IPv6 addresses grouped by /64.
 func WithKey(key KeyFunc) Option {
 	return func(c *config) {
@@ -96,10 +102,11 @@ func WithLimiterFunc(choose func(ctx context.Context, call Call) *slidelimit.Lim
 	return func(c *config) { c.choose = choose }
 }
 
-// WithSkip exempts methods from every limit, such as the health service:
-// WithSkip("grpc.health.v1.Health"). Names are full method names or service
-// names, as in WithMethodLimiters. Several calls add to the list.
-func WithSkip(names ...string) Option {
+// WithSkipMethods exempts methods from every limit, such as the health
+// service: WithSkipMethods("grpc.health.v1.Health"). Names are full method
+// names or service names, as in WithMethodLimiters. Several calls add to
+// the list.
+func WithSkipMethods(names ...string) Option {
 	return func(c *config) {
 		if c.skip == nil {
 			c.skip = make(map[string]bool, len(names))
@@ -112,18 +119,69 @@ func WithSkip(names ...string) Option {
 	}
 }
 
-// WithSkipFunc exempts the calls for which skip returns true from every
-// limit, in addition to those named by WithSkip. The default skips none.
-func WithSkipFunc(skip func(ctx context.Context, call Call) bool) Option {
+// WithSkip exempts the calls for which skip returns true from every limit,
+// in addition to those named by WithSkipMethods, as the WithSkip of the
+// HTTP adapters does for requests. The default skips none.
+func WithSkip(skip func(ctx context.Context, call Call) bool) Option {
 	return func(c *config) { c.skipFunc = skip }
 }
+
+// WithSkipFunc is WithSkip.
+//
+// Deprecated: use WithSkip, the name every adapter of this project uses.
+func WithSkipFunc(skip func(ctx context.Context, call Call) bool) Option {
+	return WithSkip(skip)
+}
+
+// WithCost sets how many units a call takes, such as more for an expensive
+// method; a stream takes its cost once, when it opens (messages counted by
+// WithMessageLimit take one each). A cost below 1 or above the smallest
+// quota refuses the call with codes.Internal and reports an error wrapping
+// slidelimit.ErrInvalidCost. The default costs every call 1.
+func WithCost(cost func(ctx context.Context, call Call) int) Option {
+	return func(c *config) { c.cost = cost }
+}
+
+// WithRefundFailed makes failed calls not count: after the handler has
+// returned a status that WithFailedCode deems failed (by default any but
+// codes.OK), the call's units are given back with
+// slidelimit.Limiter.Refund, as the HTTP adapters' WithRefundFailed does by
+// status code. For a stream, the units its opening took are given back
+// when the handler returns; messages counted by WithMessageLimit stay
+// counted. The rate-limit fields already sent still count the call. The
+// default counts every admitted call.
+func WithRefundFailed() Option {
+	return func(c *config) { c.refundFail = true }
+}
+
+// WithRefundSuccessful makes successful calls not count, the converse of
+// WithRefundFailed: only failed calls use up the quota, as for a limit on
+// failed logins. The default counts every admitted call.
+func WithRefundSuccessful() Option {
+	return func(c *config) { c.refundOK = true }
+}
+
+// WithFailedCode sets which status codes make a call failed, for
+// WithRefundFailed and WithRefundSuccessful. The default is Failed: any
+// code but codes.OK. A nil f keeps the default.
+func WithFailedCode(f func(code codes.Code) bool) Option {
+	return func(c *config) {
+		if f != nil {
+			c.failed = f
+		}
+	}
+}
+
+// Failed reports whether a call that ended with code failed, by default
+// for the refund options: any code but codes.OK.
+func Failed(code codes.Code) bool { return code != codes.OK }
 
 // WithTrustedProxies lists the networks of the proxies, such as a load
 // balancer or Envoy, whose forwarding metadata is believed. When a call's
 // peer is in one of them, Call.ClientIP is taken from the metadata named by
-// WithForwardedKey by slidelimit.TrustedProxies.ClientAddr: its hops are
-// walked from the right, past every trusted address, to the first
-// untrusted one, exactly as httplimit.ClientIP does for HTTP. A single
+// WithForwardedKey by slidelimit.ClientIP, the resolver every HTTP adapter
+// of this project uses: its hops are walked from the right, past every
+// trusted address, to the first untrusted one. A single
 // address is a /32 or /128. slidelimit.ParseTrustedProxies parses a list
 // of strings into a slidelimit.TrustedProxies, passed on as
 // WithTrustedProxies(proxies...). Several calls add to the list. The
@@ -134,7 +192,11 @@ func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 }
 
 // WithForwardedKey names the metadata key that trusted proxies set to the
-// client's address. The default is DefaultForwardedKey, "x-forwarded-for".
+// client's address, read as slidelimit.ClientIP reads the HTTP header of
+// the same name: "x-forwarded-for" (every value, as a list of hops),
+// "forwarded" (RFC 7239 for= elements) or "x-real-ip" (one address). Any
+// other key is read as a list of hops like x-forwarded-for. The default is
+// DefaultForwardedKey, "x-forwarded-for".
 func WithForwardedKey(key string) Option {
 	return func(c *config) {
 		if key != "" {

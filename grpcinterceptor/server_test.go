@@ -219,9 +219,9 @@ func TestMessageLimit(t *testing.T) {
 	}{
 		{"messages only", []grpclimit.Option{grpclimit.WithoutStreamOpenLimit()}, nil, false},
 		{"messages only, own key", []grpclimit.Option{grpclimit.WithoutStreamOpenLimit()},
-			grpclimit.Join(grpclimit.KeyByMethod(), grpclimit.KeyByIP(0)), false},
+			grpclimit.JoinKeys(grpclimit.KeyByMethod, grpclimit.KeyByIP), false},
 		{"open and messages", nil, nil, true},
-		{"open and messages, own key", nil, grpclimit.KeyByMethod(), true},
+		{"open and messages, own key", nil, grpclimit.KeyByMethod, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -285,13 +285,13 @@ func TestChoosingLimiters(t *testing.T) {
 			return grpclimit.UnaryServerInterceptor(one(t))
 		}, []codes.Code{codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}, []codes.Code{codes.ResourceExhausted, codes.ResourceExhausted, codes.ResourceExhausted}},
 		{"skip service", func(t *testing.T) grpc.UnaryServerInterceptor {
-			return grpclimit.UnaryServerInterceptor(one(t), grpclimit.WithSkip("grpc.health.v1.Health"))
+			return grpclimit.UnaryServerInterceptor(one(t), grpclimit.WithSkipMethods("grpc.health.v1.Health"))
 		}, []codes.Code{codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}, []codes.Code{codes.OK, codes.OK, codes.OK}},
 		{"skip method", func(t *testing.T) grpc.UnaryServerInterceptor {
-			return grpclimit.UnaryServerInterceptor(one(t), grpclimit.WithSkip("/grpc.health.v1.Health/Check"))
+			return grpclimit.UnaryServerInterceptor(one(t), grpclimit.WithSkipMethods("/grpc.health.v1.Health/Check"))
 		}, []codes.Code{codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}, []codes.Code{codes.OK, codes.OK, codes.OK}},
 		{"skip func", func(t *testing.T) grpc.UnaryServerInterceptor {
-			return grpclimit.UnaryServerInterceptor(one(t), grpclimit.WithSkipFunc(func(_ context.Context, c grpclimit.Call) bool {
+			return grpclimit.UnaryServerInterceptor(one(t), grpclimit.WithSkip(func(_ context.Context, c grpclimit.Call) bool {
 				return c.FullMethod == methodSay
 			}))
 		}, []codes.Code{codes.OK, codes.OK, codes.OK}, []codes.Code{codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}},
@@ -381,15 +381,15 @@ func TestKeys(t *testing.T) {
 		{"other forwarded key", []grpclimit.Option{grpclimit.WithTrustedProxies(loopback), grpclimit.WithForwardedKey("X-Real-IP")},
 			[]string{"x-forwarded-for", "203.0.113.7", "x-real-ip", "203.0.113.8"}, codes.OK, "ip:203.0.113.8"},
 		{"metadata", []grpclimit.Option{grpclimit.WithKey(grpclimit.KeyByMetadata("x-api-key"))},
-			[]string{"x-api-key", "k1"}, codes.OK, "md:x-api-key:k1"},
+			[]string{"x-api-key", "k1"}, codes.OK, slidelimit.HeaderIdentity("x-api-key", "k1")},
 		{"metadata missing", []grpclimit.Option{grpclimit.WithKey(grpclimit.KeyByMetadata("x-api-key"))},
 			nil, codes.Unauthenticated, ""},
-		{"metadata or IP", []grpclimit.Option{grpclimit.WithKey(grpclimit.FirstOf(grpclimit.KeyByMetadata("x-api-key"), grpclimit.KeyByIP(0)))},
+		{"metadata or IP", []grpclimit.Option{grpclimit.WithKey(grpclimit.FirstKey(grpclimit.KeyByMetadata("x-api-key"), grpclimit.KeyByIP))},
 			nil, codes.OK, "ip:127.0.0.1"},
 		{"user", []grpclimit.Option{grpclimit.WithKey(grpclimit.KeyByUser(user))},
 			[]string{"test-user", "ann"}, codes.OK, "user:ann"},
-		{"method and IP", []grpclimit.Option{grpclimit.WithKey(grpclimit.Join(grpclimit.KeyByMethod(), grpclimit.KeyByIP(0)))},
-			nil, codes.OK, slidelimit.JoinIdentities("method:"+methodSay, "ip:127.0.0.1")},
+		{"method and IP", []grpclimit.Option{grpclimit.WithKey(grpclimit.JoinKeys(grpclimit.KeyByMethod, grpclimit.KeyByIP))},
+			nil, codes.OK, slidelimit.JoinIdentities("route:"+methodSay, "ip:127.0.0.1")},
 		{"custom status", []grpclimit.Option{grpclimit.WithKey(func(context.Context, grpclimit.Call) (string, error) {
 			return "", status.Error(codes.PermissionDenied, "no")
 		})}, nil, codes.PermissionDenied, ""},
