@@ -9,7 +9,7 @@ import (
 
 // ErrNoIdentity means a KeyFunc found nothing in a call to identify its
 // caller by: no metadata value, no authenticated user, no peer IP address.
-// FirstOf tries its next KeyFunc on it. A call whose key fails with it is
+// FirstKey tries its next KeyFunc on it. A call whose key fails with it is
 // refused with the code the KeyFunc chose, codes.Unauthenticated when it
 // chose none.
 var ErrNoIdentity = errors.New("grpclimit: no identity")

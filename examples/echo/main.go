@@ -100,7 +100,7 @@ func newServer(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies
 	e.HideBanner, e.HidePort = true, true // run logs the address
 	// Without an IPExtractor, c.RealIP() believes X-Forwarded-For from
 	// anyone; set one, so that the app's own uses of c.RealIP() are safe
-	// too. echolimit would use the peer address without one.
+	// too. echolimit resolves the client itself, by slidelimit.ClientIP.
 	if len(trustedProxies) == 0 {
 		e.IPExtractor = echo.ExtractIPDirect()
 	} else {
@@ -114,7 +114,9 @@ func newServer(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies
 		}
 		e.IPExtractor = echo.ExtractIPFromXFFHeader(trust...)
 	}
-	limit := echolimit.New(lim) // keyed by client IP, IPv6 grouped by /64
+	limit := echolimit.NewWithConfig(lim, echolimit.Config{ // keyed by client IP, IPv6 grouped by /64
+		IdentifierExtractor: echolimit.ClientIP{TrustedProxies: trustedProxies}.Key,
+	})
 
 	e.GET("/ping", func(c echo.Context) error { return c.String(http.StatusOK, "pong\n") }, limit)
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })

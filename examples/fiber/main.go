@@ -110,7 +110,9 @@ func newApp(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies) *
 		cfg.EnableIPValidation = true
 	}
 	app := fiber.New(cfg)
-	limit := fiberlimit.New(lim) // keyed by c.IP(), IPv6 grouped by /64
+	limit := fiberlimit.New(lim, fiberlimit.Config{ // keyed by client IP, IPv6 grouped by /64
+		KeyGenerator: fiberlimit.ClientIP{TrustedProxies: trustedProxies, Header: slidelimit.HeaderXRealIP}.Key,
+	})
 
 	app.Get("/ping", limit, func(c *fiber.Ctx) error { return c.SendString("pong\n") })
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok\n") })

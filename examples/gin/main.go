@@ -108,7 +108,8 @@ func newRouter(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies
 	if err := r.SetTrustedProxies(cidrs); err != nil {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
-	limit := ginlimit.New(lim, ginlimit.WithKey(ginlimit.KeyByClientIP))
+	// The client IP by slidelimit.ClientIP: every X-Forwarded-For line.
+	limit := ginlimit.New(lim, ginlimit.WithKey(ginlimit.ClientIP{TrustedProxies: trustedProxies}.Key))
 
 	r.GET("/ping", limit, func(c *gin.Context) { c.String(http.StatusOK, "pong\n") })
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })

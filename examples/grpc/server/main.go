@@ -105,7 +105,7 @@ func run(ctx context.Context) error {
 // client IP, and the health and reflection services exempt from it.
 func newServer(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies) (*grpc.Server, *health.Server, error) {
 	opts := []grpclimit.Option{
-		grpclimit.WithSkip(
+		grpclimit.WithSkipMethods(
 			"grpc.health.v1.Health",
 			"grpc.reflection.v1.ServerReflection",
 			"grpc.reflection.v1alpha.ServerReflection",
