@@ -16,6 +16,10 @@
 //   - TestMemoryPerRequest: bytes of Redis memory per in-window request.
 //   - TestAdaptersShareOneLimit: Gin, Echo, Fiber and net/http servers share
 //     one limit.
+//   - TestOneAPIKeyAcrossRESTAndGRPC: one API key over the four HTTP
+//     adapters and gRPC has one quota (5 of 20 admitted), hashed in Redis.
+//   - TestMixedFleetBehindXFFProxy: behind an X-Forwarded-For-only proxy,
+//     every adapter and gRPC resolve the same client: 5 each in total.
 //   - BenchmarkAllow: decisions per second at 1 to 256 goroutines; run by
 //     scripts/bench.sh (make bench) beside redis-benchmark.
 //

@@ -11,6 +11,8 @@ require (
 	github.com/slidelimit/slidelimit/echo v0.0.0
 	github.com/slidelimit/slidelimit/fiber v0.0.0
 	github.com/slidelimit/slidelimit/gin v0.0.0
+	github.com/slidelimit/slidelimit/grpcinterceptor v0.0.0
+	google.golang.org/grpc v1.64.1
 )
 
 require (
@@ -49,7 +51,8 @@ require (
 	golang.org/x/net v0.32.0 // indirect
 	golang.org/x/sys v0.28.0 // indirect
 	golang.org/x/text v0.21.0 // indirect
-	google.golang.org/protobuf v1.30.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237 // indirect
+	google.golang.org/protobuf v1.33.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
@@ -59,4 +62,5 @@ replace (
 	github.com/slidelimit/slidelimit/echo => ../echo
 	github.com/slidelimit/slidelimit/fiber => ../fiber
 	github.com/slidelimit/slidelimit/gin => ../gin
+	github.com/slidelimit/slidelimit/grpcinterceptor => ../grpcinterceptor
 )
