@@ -36,7 +36,7 @@ func TestClientIPAddr(t *testing.T) {
 		{"trusted peer, one hop", httplimit.ClientIP{TrustedProxies: trusted}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "198.51.100.1"}}, "198.51.100.1"},
 		{"IPv4-mapped trusted peer", httplimit.ClientIP{TrustedProxies: trusted}, "[::ffff:10.0.0.1]:1", [][2]string{{"X-Forwarded-For", "198.51.100.1"}}, "198.51.100.1"},
 		{"IPv6 trusted peer", httplimit.ClientIP{TrustedProxies: trusted}, "[2001:db8:ffff::1]:1", [][2]string{{"X-Forwarded-For", "[2001:db8:1::7]:80"}}, "2001:db8:1::7"},
-		// The header's hops are walked by slidelimit.TrustedProxies.ClientAddr
+		// The header's hops are walked by slidelimit.ClientIP
 		// (see its tests); these prove the values reach it whole and in order.
 		{"right-most untrusted hop", httplimit.ClientIP{TrustedProxies: trusted}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "1.2.3.4, 198.51.100.1, 10.9.9.9"}}, "198.51.100.1"},
 		{"several header lines", httplimit.ClientIP{TrustedProxies: trusted}, "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "1.2.3.4"}, {"X-Forwarded-For", "198.51.100.1, 10.0.0.2"}}, "198.51.100.1"},
