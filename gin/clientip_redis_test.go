@@ -13,14 +13,14 @@ import (
 	ginlimit "github.com/slidelimit/slidelimit/gin"
 )
 
-// serveScenario sends the requests of sc through h from a loopback peer and
+// serveScenario sends the requests of sc through h from peer, a loopback address, and
 // counts the admitted ones by client.
-func serveScenario(t *testing.T, h http.Handler, sc redistest.ClientIPScenario) map[string]int {
+func serveScenario(t *testing.T, h http.Handler, peer string, sc redistest.ClientIPScenario) map[string]int {
 	t.Helper()
 	admitted := map[string]int{}
 	for _, req := range sc.Requests {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = "127.0.0.1:40000"
+		r.RemoteAddr = peer
 		for _, f := range req.Header {
 			r.Header.Add(f[0], f[1])
 		}
@@ -43,12 +43,14 @@ func TestClientIPScenarios(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	for _, sc := range redistest.ClientIPScenarios() {
-		t.Run(sc.Name, func(t *testing.T) {
-			t.Parallel()
-			lim := newLimiter(t, rdb, slidelimit.Per(redistest.ClientIPLimit, time.Minute))
-			key := ginlimit.ClientIP{TrustedProxies: sc.TrustedProxies, Header: sc.Header}.Key
-			sc.Check(t, serveScenario(t, engine(ginlimit.New(lim, ginlimit.WithKey(key))), sc))
-		})
+		for _, peer := range []string{"127.0.0.1:40000", "[::ffff:127.0.0.1]:40000"} {
+			t.Run(sc.Name+" from "+peer, func(t *testing.T) {
+				t.Parallel()
+				lim := newLimiter(t, rdb, slidelimit.Per(redistest.ClientIPLimit, time.Minute))
+				key := ginlimit.ClientIP{TrustedProxies: sc.TrustedProxies, Header: sc.Header}.Key
+				sc.Check(t, serveScenario(t, engine(ginlimit.New(lim, ginlimit.WithKey(key))), peer, sc))
+			})
+		}
 	}
 }
 
