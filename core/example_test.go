@@ -3,6 +3,7 @@ package slidelimit_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"time"
 
@@ -125,4 +126,36 @@ func ExampleIPIdentity() {
 	// ip:203.0.113.9
 	// ip:2001:db8:5:6::/64
 	// POST /login|ip:203.0.113.9
+}
+
+// Find the client behind a load balancer at 10.0.0.0/8 that appends its
+// line to X-Forwarded-For, after one the client forged.
+func ExampleClientIP() {
+	proxies, err := slidelimit.ParseTrustedProxies("10.0.0.0/8")
+	if err != nil {
+		panic(err)
+	}
+	ip := slidelimit.ClientIP{TrustedProxies: proxies}
+	header := func(name string) []string {
+		if name == slidelimit.HeaderXForwardedFor {
+			return []string{"192.0.2.1", "::ffff:198.51.100.7, 10.0.0.2"} // forged, then the proxies'
+		}
+		return nil
+	}
+	fmt.Println(ip.Identity(netip.MustParseAddr("10.1.2.3"), header))    // from the balancer
+	fmt.Println(ip.Identity(netip.MustParseAddr("203.0.113.9"), header)) // straight from a client
+	// Output:
+	// ip:198.51.100.7 <nil>
+	// ip:203.0.113.9 <nil>
+}
+
+// Key by an API key without putting it in Redis in clear.
+func ExampleHeaderIdentity() {
+	fmt.Println(slidelimit.HeaderIdentity("X-API-Key", "k-123"))
+	fmt.Println(slidelimit.HeaderIdentity("x-api-key", "k-123")) // gRPC metadata: the same identity
+	fmt.Println(slidelimit.HeaderIdentity("X-API-Key", "k-123", slidelimit.Readable()))
+	// Output:
+	// header:x-api-key:sha256:NgWp5DWNpDAvis6kHw9Szg
+	// header:x-api-key:sha256:NgWp5DWNpDAvis6kHw9Szg
+	// header:x-api-key:clear:k-123
 }
