@@ -60,6 +60,9 @@ func TestClientIPAddr(t *testing.T) {
 		{"Forwarded, escaped quote", fwd, "10.0.0.1", http.Header{"Forwarded": {`for="198.51.100.1\""`}}, "10.0.0.1"},
 		{"IPv4-mapped trusted peer", "", "::ffff:10.0.0.1", http.Header{"X-Forwarded-For": {"198.51.100.1"}}, "198.51.100.1"},
 		{"IPv4-mapped in every XFF position", "", "::ffff:10.0.0.1", http.Header{"X-Forwarded-For": {"::ffff:198.51.100.1, ::ffff:10.0.0.2", "[::ffff:10.0.0.3]:80"}}, "198.51.100.1"},
+		{"zone dropped from a hop", "", "10.0.0.1", http.Header{"X-Forwarded-For": {"fe80::1%eth0"}}, "fe80::1"},
+		{"zone dropped from a hop with port", "", "10.0.0.1", http.Header{"X-Forwarded-For": {"[2001:db8::1%x]:80"}}, "2001:db8::1"},
+		{"zone dropped from a Forwarded node", fwd, "10.0.0.1", http.Header{"Forwarded": {`for="[fe80::1%eth0]:80"`}}, "fe80::1"},
 		{"no headers", "", "10.0.0.1", nil, "10.0.0.1"},
 		{"invalid peer", "", "", http.Header{"X-Forwarded-For": {"198.51.100.1"}}, "invalid IP"},
 	}
@@ -145,8 +148,8 @@ func FuzzClientIP(f *testing.F) {
 			if got == trustedPeer {
 				continue
 			}
-			if got.Is4In6() {
-				t.Fatalf("%s: Addr = %s, an IPv4-mapped address", name, got)
+			if got.Is4In6() || got.Zone() != "" {
+				t.Fatalf("%s: Addr = %s, an IPv4-mapped address or one with a zone", name, got)
 			}
 			hops := candidates(lines)
 			i := slicesIndex(hops, got)
@@ -157,7 +160,7 @@ func FuzzClientIP(f *testing.F) {
 				// The exact chain: every hop right of the client is trusted.
 				chain := xffHops(lines)
 				j := len(chain) - 1
-				for ; j >= 0 && chain[j] != got; j-- {
+				for ; j >= 0 && chain[j].WithZone("") != got; j-- {
 					if !chain[j].IsValid() || !trusted.Contains(chain[j]) {
 						t.Fatalf("XFF %q: Addr = %s, but hop %d (%s) right of it is not trusted", lines, got, j, chain[j])
 					}
@@ -196,6 +199,11 @@ func candidates(lines []string) []netip.Addr {
 				}
 				if host, _, ok := strings.Cut(s, ":"); ok {
 					if a, ok := slidelimit.PeerAddr(host); ok {
+						out = append(out, a)
+					}
+				}
+				if host, _, ok := strings.Cut(s, "%"); ok {
+					if a, ok := slidelimit.PeerAddr(strings.TrimPrefix(host, "[")); ok {
 						out = append(out, a)
 					}
 				}

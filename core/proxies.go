@@ -83,7 +83,8 @@ func (t TrustedProxies) Contains(addr netip.Addr) bool {
 // the hop to its right (or at peer). Empty hops are skipped, and no hops at
 // all leave peer. At most MaxForwardedHops hops are walked.
 //
-// IPv4-mapped IPv6 addresses are returned as IPv4 addresses.
+// IPv4-mapped IPv6 addresses are returned as IPv4 addresses, and hops
+// without their IPv6 zone.
 func (t TrustedProxies) ClientAddr(peer netip.Addr, forwarded []string) netip.Addr {
 	return t.walk(peer.Unmap(), forwarded, true, PeerAddr)
 }
@@ -116,6 +117,7 @@ func (t TrustedProxies) walk(client netip.Addr, values []string, split bool, par
 			if !ok {
 				return client
 			}
+			hop = hop.WithZone("") // a zone means nothing beyond the host that saw it
 			client = hop
 			if !t.Contains(hop) {
 				return hop
