@@ -23,7 +23,7 @@ func Example() {
 	// one with a reader the example can print.
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(ctx)
+	defer func() { _ = mp.Shutdown(ctx) }()
 
 	m, err := otellimit.New(otellimit.WithMeterProvider(mp))
 	if err != nil {
