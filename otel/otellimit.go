@@ -117,17 +117,18 @@ type series struct {
 // attribute value: keep it short and fixed, such as "api" or "login".
 func (m *Metrics) Observer(limiter string) slidelimit.Observer {
 	name := KeyLimiter.String(limiter)
-	byLimiter := metric.WithAttributeSet(attribute.NewSet(name))
-	var bySeries sync.Map // series → metric.MeasurementOption
+	// Options built once, so that a measurement allocates nothing for them.
+	byLimiter := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(name))}
+	var bySeries sync.Map // series → []metric.AddOption
 	return func(ctx context.Context, o slidelimit.Observation) {
 		s := series{o.Result.Limit, o.Outcome()}
 		attrs, ok := bySeries.Load(s)
 		if !ok {
 			set := attribute.NewSet(name, KeyLimit.String(s.limit.String()), KeyOutcome.String(string(s.outcome)))
-			attrs, _ = bySeries.LoadOrStore(s, metric.WithAttributeSet(set))
+			attrs, _ = bySeries.LoadOrStore(s, []metric.AddOption{metric.WithAttributeSet(set)})
 		}
-		m.decisions.Add(ctx, 1, attrs.(metric.MeasurementOption))
-		m.duration.Record(ctx, o.Latency.Seconds(), byLimiter)
+		m.decisions.Add(ctx, 1, attrs.([]metric.AddOption)...)
+		m.duration.Record(ctx, o.Latency.Seconds(), byLimiter...)
 		if !m.events {
 			return
 		}

@@ -178,3 +178,17 @@ func TestSeveralLimiters(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkObserver measures what the observer adds to each decision.
+func BenchmarkObserver(b *testing.B) {
+	observe := promlimit.New().Observer("api")
+	o := slidelimit.Observation{Identity: "user:42", Cost: 1, Latency: 300 * time.Microsecond,
+		Result: slidelimit.Result{Allowed: true, Limit: slidelimit.PerMinute(100), Remaining: 7}}
+	ctx := b.Context()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			observe(ctx, o)
+		}
+	})
+}
