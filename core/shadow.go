@@ -21,9 +21,9 @@ func WithShadow() Option {
 
 // shadowed applies shadow mode to a decision: a denial by the limits,
 // returned without an error, becomes an admission marked Shadow. Errors and
-// FailurePolicy decisions, which come with an error, are left alone.
+// FailurePolicy decisions (Fallback) are left alone.
 func (l *Limiter) shadowed(res Result, err error) Result {
-	if l.cfg.shadow && !res.Allowed && err == nil {
+	if l.cfg.shadow && !res.Allowed && !res.Fallback && err == nil {
 		res.Allowed, res.Shadow = true, true
 	}
 	return res
