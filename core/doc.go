@@ -54,6 +54,18 @@
 // error wrapping ErrUnavailable, so callers can act on Result.Allowed and
 // still report the error.
 //
+// # Shadow mode and metrics
+//
+// WithShadow rolls a limit out without enforcing it: requests the limits
+// deny are admitted anyway, marked Result.Shadow, recorded nowhere and
+// given no rate-limit header fields. WithObserver, which may be given
+// several times, sees every decision; Observation.Outcome classifies it as
+// allowed, denied, shadow_denied, fallback_allowed, fallback_denied,
+// cached_denied or error. The modules promlimit
+// (github.com/slidelimit/slidelimit/prometheus) and otellimit
+// (github.com/slidelimit/slidelimit/otel) turn observations into Prometheus
+// and OpenTelemetry metrics.
+//
 // # Headers
 //
 // Headers maps a Result to the rate-limit header fields (RateLimit-Policy,

@@ -32,7 +32,9 @@ const (
 // until it would admit it (RetryAfter, equal to Retry-After), and otherwise
 // the time until its window is empty and its whole quota is back
 // (ResetAfter). Retry-After is at least 1. A Fallback Result gets no field
-// that claims quota: only Retry-After, and only on a denial.
+// that claims quota: only Retry-After, and only on a denial. A Shadow Result
+// gets no field at all: the request was admitted, and its quota fields would
+// report a denial the client never saw.
 type Headers struct {
 	// Omit lists the groups not to write.
 	Omit HeaderSet
@@ -66,6 +68,9 @@ const (
 // Write calls set once for each header field r should carry, in a fixed
 // order. Names are in canonical MIME form; gRPC callers lower-case them.
 func (h Headers) Write(r Result, set func(name, value string)) {
+	if r.Shadow {
+		return
+	}
 	if !r.Fallback && len(r.Statuses) > 0 {
 		if h.Omit&HeaderRateLimit == 0 {
 			var policy, state strings.Builder

@@ -60,6 +60,11 @@ X-Ratelimit-Reset: 1
 `},
 		{"fail-open claims nothing", slidelimit.Headers{}, slidelimit.Result{Allowed: true, Limit: burst, Fallback: true}, ``},
 		{"fail-closed sends Retry-After only", slidelimit.Headers{}, slidelimit.Result{Limit: burst, Fallback: true, RetryAfter: time.Second}, "Retry-After: 1\n"},
+		{"shadow denial claims nothing", slidelimit.Headers{}, func() slidelimit.Result {
+			r := denied
+			r.Allowed, r.Shadow = true, true
+			return r
+		}(), ``},
 		{"no decision, no fields", slidelimit.Headers{}, slidelimit.Result{Limit: burst}, ``},
 		{"Retry-After is at least 1", slidelimit.Headers{Omit: slidelimit.HeaderRateLimit | slidelimit.HeaderXRateLimit},
 			slidelimit.Result{Limit: burst, RetryAfter: time.Microsecond, Statuses: []slidelimit.Status{{Limit: burst, RetryAfter: time.Microsecond}}}, "Retry-After: 1\n"},

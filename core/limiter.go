@@ -284,7 +284,10 @@ func (l *Limiter) fallback(cause error) (Result, error) {
 	return res, fmt.Errorf("%w (%v): %w", ErrUnavailable, l.cfg.policy, cause)
 }
 
+// observe applies shadow mode to a decision, reports it to the observer
+// and returns it.
 func (l *Limiter) observe(ctx context.Context, identity string, n int, start time.Time, res Result, err error) (Result, error) {
+	res = l.shadowed(res, err)
 	if l.cfg.observe != nil {
 		l.cfg.observe(ctx, Observation{Identity: identity, Cost: n, Result: res, Err: err, Latency: time.Since(start)})
 	}

@@ -49,7 +49,8 @@ type Observation struct {
 
 // Observer receives an Observation after every Allow, AllowN and Peek. It is
 // called synchronously on the caller's goroutine, so it should be fast; it
-// must be safe for concurrent use.
+// must be safe for concurrent use. Observation.Outcome classifies the
+// decision for metrics.
 type Observer func(ctx context.Context, o Observation)
 
 // Option configures a Limiter in New.
@@ -62,6 +63,7 @@ type config struct {
 	policy  FailurePolicy
 	clock   func() time.Time
 	observe Observer
+	shadow  bool
 }
 
 // WithLimits adds limits enforced together with the one given to New. A
@@ -137,14 +139,15 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithObserver calls observe after every decision. The default observes
-// nothing.
+// WithObserver calls observe after every decision. It may be given several
+// times, for example once for Prometheus and once for OpenTelemetry: every
+// observer is called, in the order given. The default observes nothing.
 func WithObserver(observe Observer) Option {
 	return func(c *config) error {
 		if observe == nil {
 			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
 		}
-		c.observe = observe
+		c.observe = joinObservers(c.observe, observe)
 		return nil
 	}
 }

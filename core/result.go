@@ -18,7 +18,7 @@ type Result struct {
 	// after this decision.
 	Remaining int
 	// RetryAfter is how long until the same request would be admitted;
-	// zero when Allowed.
+	// zero when Allowed, except on a Shadow Result.
 	RetryAfter time.Duration
 	// ResetAfter is how long until the deciding limit's window holds no
 	// units, so that its whole quota is available again.
@@ -31,6 +31,14 @@ type Result struct {
 	// also returned an error wrapping ErrUnavailable. A fallback Result
 	// claims no quota: header writers send only Retry-After on its denial.
 	Fallback bool
+	// Shadow reports that the limits denied the request and the limiter,
+	// in shadow mode (WithShadow), admitted it anyway: Allowed is true and
+	// nothing was recorded. The other fields describe the denial, so an
+	// observer can tell which limit would have denied and for how long. A
+	// shadow Result claims no quota: header writers send no field for it.
+	Shadow bool
+	// Cached reports that the decision was answered by the limiter's local deny cache without asking Redis.
+	Cached bool
 
 	// admitted records what Refund needs to remove this request again.
 	admitted *admission

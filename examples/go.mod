@@ -6,12 +6,14 @@ require (
 	github.com/gin-gonic/gin v1.9.1
 	github.com/gofiber/fiber/v2 v2.52.9
 	github.com/labstack/echo/v4 v4.13.2
+	github.com/prometheus/client_golang v1.11.1
 	github.com/redis/go-redis/v9 v9.5.5
 	github.com/slidelimit/slidelimit/core v0.0.0
 	github.com/slidelimit/slidelimit/echo v0.0.0
 	github.com/slidelimit/slidelimit/fiber v0.0.0
 	github.com/slidelimit/slidelimit/gin v0.0.0
 	github.com/slidelimit/slidelimit/grpcinterceptor v0.0.0
+	github.com/slidelimit/slidelimit/prometheus v0.0.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237
 	google.golang.org/grpc v1.64.1
 	google.golang.org/protobuf v1.33.0
@@ -19,6 +21,7 @@ require (
 
 require (
 	github.com/andybalholm/brotli v1.1.0 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bytedance/sonic v1.9.1 // indirect
 	github.com/cespare/xxhash/v2 v2.2.0 // indirect
 	github.com/chenzhuoyu/base64x v0.0.0-20221115062448-fe3a3abad311 // indirect
@@ -29,6 +32,7 @@ require (
 	github.com/go-playground/universal-translator v0.18.1 // indirect
 	github.com/go-playground/validator/v10 v10.14.0 // indirect
 	github.com/goccy/go-json v0.10.2 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.17.9 // indirect
@@ -38,9 +42,13 @@ require (
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/mattn/go-runewidth v0.0.16 // indirect
+	github.com/matttproud/golang_protobuf_extensions v1.0.1 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/pelletier/go-toml/v2 v2.0.8 // indirect
+	github.com/prometheus/client_model v0.2.0 // indirect
+	github.com/prometheus/common v0.26.0 // indirect
+	github.com/prometheus/procfs v0.6.0 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.2.11 // indirect
@@ -64,4 +72,5 @@ replace (
 	github.com/slidelimit/slidelimit/fiber => ../fiber
 	github.com/slidelimit/slidelimit/gin => ../gin
 	github.com/slidelimit/slidelimit/grpcinterceptor => ../grpcinterceptor
+	github.com/slidelimit/slidelimit/prometheus => ../prometheus
 )
