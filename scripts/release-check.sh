@@ -9,7 +9,8 @@
 #    version into a file-based module proxy (scripts/modproxy, zips made by
 #    golang.org/x/mod/zip, with the root LICENSE as the go command adds it).
 # 3. In a fresh module outside the workspace, `go get`s each library module
-#    from that proxy, builds its packages, and checks that `go list -m all`
+#    from that proxy, builds its packages, runs `go doc <import path>` as
+#    the READMEs show, and checks that `go list -m all`
 #    holds no web or RPC framework the module does not itself require (gin
 #    pulls no fiber, echo or gRPC, and so on).
 # 4. Copies each example program folder alone, as its README tells a user
@@ -22,10 +23,11 @@
 # Everything runs with GOWORK=off and GOFLAGS=-mod=mod, and GOPROXY set to
 # file://<proxy>,$(go env GOPROXY): third-party modules come from the usual
 # proxy. GONOSUMDB keeps the slidelimit modules, which exist only in the
-# local proxy, away from the checksum database. The module cache is a
-# private one kept in .cache/release-check/ (the slidelimit entries are
-# dropped on every run, so a stale zip is never reused, and no other working
-# tree's v0.1.0 can mix in); the build cache is the usual one.
+# local proxy, away from the checksum database. The usual module and build
+# caches are reused, so only what changed is downloaded or compiled; the
+# module cache's copies of the slidelimit modules are dropped first (a stale
+# zip of the same version would be used otherwise), under a lock so that two
+# working trees checking at once cannot see each other's modules.
 #
 # The release version is $RELEASE_VERSION, or else the first "## vX.Y.Z"
 # heading of CHANGELOG.md. Every failure is reported; the exit status is 1
@@ -100,6 +102,11 @@ for m in $mods; do
 	done < <(requires "$m/go.mod")
 done
 
+# The gRPC server and client each hold the same greeter.go, so that either
+# folder can be copied alone.
+cmp -s examples/grpc/server/greeter.go examples/grpc/client/greeter.go ||
+	fail "examples/grpc/server/greeter.go and examples/grpc/client/greeter.go differ: keep them the same"
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/slidelimit-release-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -109,13 +116,22 @@ if ! (cd scripts/modproxy && GOWORK=off go run . -root "$root" -version "$versio
 	fail "modproxy could not publish every module with a LICENSE"
 fi
 
-export GOWORK=off GOTOOLCHAIN=local
-export GOFLAGS="-mod=mod -modcacherw"
+export GOWORK=off GOTOOLCHAIN=local GOFLAGS=-mod=mod
 export GOPROXY="file://$work/proxy,$(go env GOPROXY)"
 export GONOSUMDB=$prefix GONOPROXY= GOPRIVATE=
-export GOMODCACHE=${RELEASE_CHECK_MODCACHE:-$root/.cache/release-check/mod}
-mkdir -p "$GOMODCACHE"
-rm -rf "$GOMODCACHE/$prefix" "$GOMODCACHE/$prefix@"* "$GOMODCACHE/cache/download/$prefix"
+modcache=$(go env GOMODCACHE)
+mkdir -p "$modcache/cache"
+exec 9>"$modcache/cache/slidelimit-release-check.lock"
+if ! flock -n 9; then
+	step "waiting for another release check to finish with the module cache"
+	flock 9
+fi
+for d in "$modcache/github.com/slidelimit" "$modcache/cache/download/github.com/slidelimit"; do
+	if [ -e "$d" ]; then
+		chmod -R u+w "$d"
+		rm -rf "$d"
+	fi
+done
 
 # 3. go get each library module alone.
 for m in $mods; do
@@ -123,7 +139,7 @@ for m in $mods; do
 	step "go get $path@$version"
 	dir=$work/get/$m
 	mkdir -p "$dir"
-	if ! out=$(cd "$dir" && go mod init example.com/releasecheck 2>&1 && go get "$path@$version" 2>&1 && go build "$path/..." 2>&1); then
+	if ! out=$(cd "$dir" && go mod init example.com/releasecheck 2>&1 && go get "$path@$version" 2>&1 && go build "$path/..." 2>&1 && go doc "$path" 2>&1 >/dev/null); then
 		fail "go get $path@$version in a fresh module:"$'\n'"$out"
 		continue
 	fi
