@@ -13,7 +13,8 @@
 // command leaves them out), plus the repository root's LICENSE when the
 // folder has none: the go command does the same for a module in a
 // subdirectory of its repository (cmd/go/internal/modfetch, codeRepo.Zip),
-// so a zip made here holds what proxy.golang.org and pkg.go.dev will see.
+// so a zip made here holds what the public module proxy and pkg.go.dev will
+// see.
 //
 // A module whose zip would hold no LICENSE is written anyway, reported on
 // standard error, and makes the exit status 1.
