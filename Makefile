@@ -18,9 +18,9 @@ test:
 
 ## release-check: publish every library module of the working tree at the CHANGELOG's
 ## version into a file-based module proxy, go get each alone in a fresh module outside
-## the workspace, and build every example folder copied alone (see RELEASING.md).
+## the workspace, and build and test every example folder copied alone (see RELEASING.md).
 release-check:
-	scripts/release-check.sh
+	WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/release-check.sh
 
 ## demo: one limit shared by two server processes, against a throwaway Redis.
 demo:

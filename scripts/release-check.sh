@@ -14,11 +14,12 @@
 #    holds no web or RPC framework the module does not itself require (gin
 #    pulls no fiber, echo or gRPC, and so on).
 # 4. Copies each example program folder alone, as its README tells a user
-#    to (`go mod init example.com/x && go mod tidy`), then vets and builds
-#    it: the copy resolves the newest releases of its framework and of
-#    go-redis, and the slidelimit modules from the proxy at the release
-#    version. The same framework check applies, against the frameworks the
-#    example itself imports.
+#    to (`go mod init example.com/x && go mod tidy`), then builds it and runs
+#    its tests (five 200s, then 429, against real Redis: the one in
+#    SLIDELIMIT_REDIS_ADDR, or a private redis-server): the copy resolves the
+#    newest releases of its framework and of go-redis, and the slidelimit
+#    modules from the proxy at the release version. The same framework
+#    check applies, against the frameworks the example itself imports.
 #
 # Everything runs with GOWORK=off and GOFLAGS=-mod=mod, and GOPROXY set to
 # file://<proxy>,$(go env GOPROXY): third-party modules come from the usual
@@ -149,11 +150,11 @@ done
 # 4. Each example program, copied alone.
 examples=$(grep -rl --include='*.go' --exclude='*_test.go' '^package main$' examples | xargs -n 1 dirname | sort -u)
 for ex in $examples; do
-	step "copy of $ex: go mod init && go mod tidy && go build"
+	step "copy of $ex: go mod init && go mod tidy && go build && go test"
 	dir=$work/copy/$ex
 	mkdir -p "$(dirname "$dir")"
 	cp -r "$ex" "$dir"
-	if ! out=$(cd "$dir" && go mod init example.com/x 2>&1 && go mod tidy 2>&1 && go vet ./... 2>&1 && go build -o /dev/null . 2>&1); then
+	if ! out=$(cd "$dir" && go mod init example.com/x 2>&1 && go mod tidy 2>&1 && go build -o /dev/null . 2>&1 && go test -count=1 ./... 2>&1); then
 		fail "a copy of $ex does not build alone:"$'\n'"$out"
 		continue
 	fi
@@ -162,6 +163,7 @@ for ex in $examples; do
 		[ "$v" = "$version" ] || fail "a copy of $ex resolves $path $v, want $version"
 	done < <(requires "$dir/go.mod")
 	check_frameworks "copy of $ex" "$dir" "$(direct_frameworks "$dir/go.mod")"
+	grep -E '^(ok|---)' <<<"$out" | sed 's/^/    /' >&2 || true
 	echo "    resolved: $(grep -E '^\s*(github\.com/(gin-gonic/gin|gofiber/fiber|labstack/echo|redis/go-redis)[^ ]*|google\.golang\.org/grpc) ' "$dir/go.mod" | awk '{print $1 "@" $2}' | tr '\n' ' ')" >&2
 done
 
@@ -170,4 +172,4 @@ if [ "${#failures[@]}" -gt 0 ]; then
 	echo "release-check: ${#failures[@]} failure(s)" >&2
 	exit 1
 fi
-echo "release-check: every module installs from $version alone and every example builds copied alone ($((SECONDS - start)) s)" >&2
+echo "release-check: every module installs from $version alone and every example builds and passes its tests copied alone ($((SECONDS - start)) s)" >&2
