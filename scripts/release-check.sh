@@ -28,7 +28,8 @@
 # caches are reused, so only what changed is downloaded or compiled; the
 # module cache's copies of the slidelimit modules are dropped first (a stale
 # zip of the same version would be used otherwise), under a lock so that two
-# working trees checking at once cannot see each other's modules.
+# working trees checking at once cannot see each other's modules, and the
+# module index is off (GODEBUG=goindex=0, see below).
 #
 # The release version is $RELEASE_VERSION, or else the first "## vX.Y.Z"
 # heading of CHANGELOG.md. Every failure is reported; the exit status is 1
@@ -118,6 +119,12 @@ if ! (cd scripts/modproxy && GOWORK=off go run . -root "$root" -version "$versio
 fi
 
 export GOWORK=off GOTOOLCHAIN=local GOFLAGS=-mod=mod
+# The go command indexes the packages of a module cache folder once, keyed
+# by the folder's path alone (cmd/go/internal/modindex), trusting that a
+# version never changes; here the same version is republished on every run,
+# so a file added to or removed from a module since the last run would be
+# missed. goindex=0 turns the index off.
+export GODEBUG="${GODEBUG:+$GODEBUG,}goindex=0"
 export GOPROXY="file://$work/proxy,$(go env GOPROXY)"
 export GONOSUMDB=$prefix GONOPROXY= GOPRIVATE=
 modcache=$(go env GOMODCACHE)
