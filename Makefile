@@ -6,13 +6,21 @@ GO ?= go
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-.PHONY: test demo bench lint vet fmt tidy
+.PHONY: test release-check demo bench lint vet fmt tidy
 
-## test: vet and test every module with -race against real Redis (standalone and Cluster).
+## test: vet and test every module with -race against real Redis (standalone and Cluster),
+## then the release check.
 test:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	scripts/each-module.sh $(GO) vet ./...
 	scripts/with-redis.sh scripts/each-module.sh $(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory release-check
+
+## release-check: publish every library module of the working tree at the CHANGELOG's
+## version into a file-based module proxy, go get each alone in a fresh module outside
+## the workspace, and build and test every example folder copied alone (see RELEASING.md).
+release-check:
+	WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/release-check.sh
 
 ## demo: one limit shared by two server processes, against a throwaway Redis.
 demo:

@@ -8,12 +8,12 @@ require (
 	github.com/labstack/echo/v4 v4.13.2
 	github.com/prometheus/client_golang v1.11.1
 	github.com/redis/go-redis/v9 v9.5.5
-	github.com/slidelimit/slidelimit/core v0.0.0
-	github.com/slidelimit/slidelimit/echo v0.0.0
-	github.com/slidelimit/slidelimit/fiber v0.0.0
-	github.com/slidelimit/slidelimit/gin v0.0.0
-	github.com/slidelimit/slidelimit/grpcinterceptor v0.0.0
-	github.com/slidelimit/slidelimit/prometheus v0.0.0
+	github.com/slidelimit/slidelimit/core v0.1.0
+	github.com/slidelimit/slidelimit/echo v0.1.0
+	github.com/slidelimit/slidelimit/fiber v0.1.0
+	github.com/slidelimit/slidelimit/gin v0.1.0
+	github.com/slidelimit/slidelimit/grpcinterceptor v0.1.0
+	github.com/slidelimit/slidelimit/prometheus v0.1.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237
 	google.golang.org/grpc v1.64.1
 	google.golang.org/protobuf v1.33.0

@@ -5,7 +5,7 @@ go 1.24
 require (
 	github.com/gofiber/fiber/v2 v2.52.9
 	github.com/redis/go-redis/v9 v9.5.5
-	github.com/slidelimit/slidelimit/core v0.0.0
+	github.com/slidelimit/slidelimit/core v0.1.0
 )
 
 require (
@@ -24,5 +24,6 @@ require (
 	golang.org/x/sys v0.28.0 // indirect
 )
 
-// Until core is tagged, build against the sibling folder.
+// Development builds against the sibling folder; a user of this module
+// gets the core version required above (replace is ignored in dependencies).
 replace github.com/slidelimit/slidelimit/core => ../core

@@ -5,7 +5,7 @@ go 1.24
 require (
 	github.com/gin-gonic/gin v1.9.1
 	github.com/redis/go-redis/v9 v9.5.5
-	github.com/slidelimit/slidelimit/core v0.0.0
+	github.com/slidelimit/slidelimit/core v0.1.0
 )
 
 require (
@@ -37,5 +37,6 @@ require (
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
-// Until core is tagged, build against the sibling folder.
+// Development builds against the sibling folder; a user of this module
+// gets the core version required above (replace is ignored in dependencies).
 replace github.com/slidelimit/slidelimit/core => ../core

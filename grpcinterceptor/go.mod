@@ -4,7 +4,7 @@ go 1.24
 
 require (
 	github.com/redis/go-redis/v9 v9.5.5
-	github.com/slidelimit/slidelimit/core v0.0.0
+	github.com/slidelimit/slidelimit/core v0.1.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237
 	google.golang.org/grpc v1.64.1
 	google.golang.org/protobuf v1.33.0
@@ -18,5 +18,6 @@ require (
 	golang.org/x/text v0.16.0 // indirect
 )
 
-// Until core is tagged, build against the sibling folder.
+// Development builds against the sibling folder; a user of this module
+// gets the core version required above (replace is ignored in dependencies).
 replace github.com/slidelimit/slidelimit/core => ../core

@@ -7,11 +7,11 @@ require (
 	github.com/gofiber/fiber/v2 v2.52.9
 	github.com/labstack/echo/v4 v4.13.2
 	github.com/redis/go-redis/v9 v9.5.5
-	github.com/slidelimit/slidelimit/core v0.0.0
-	github.com/slidelimit/slidelimit/echo v0.0.0
-	github.com/slidelimit/slidelimit/fiber v0.0.0
-	github.com/slidelimit/slidelimit/gin v0.0.0
-	github.com/slidelimit/slidelimit/grpcinterceptor v0.0.0
+	github.com/slidelimit/slidelimit/core v0.1.0
+	github.com/slidelimit/slidelimit/echo v0.1.0
+	github.com/slidelimit/slidelimit/fiber v0.1.0
+	github.com/slidelimit/slidelimit/gin v0.1.0
+	github.com/slidelimit/slidelimit/grpcinterceptor v0.1.0
 	google.golang.org/grpc v1.64.1
 )
 

@@ -4,7 +4,7 @@ go 1.24
 
 require (
 	github.com/redis/go-redis/v9 v9.5.5
-	github.com/slidelimit/slidelimit/core v0.0.0
+	github.com/slidelimit/slidelimit/core v0.1.0
 	go.opentelemetry.io/otel v1.21.0
 	go.opentelemetry.io/otel/metric v1.21.0
 	go.opentelemetry.io/otel/sdk v1.21.0

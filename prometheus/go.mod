@@ -2,7 +2,7 @@ module github.com/slidelimit/slidelimit/prometheus
 
 go 1.24
 
-require github.com/slidelimit/slidelimit/core v0.0.0
+require github.com/slidelimit/slidelimit/core v0.1.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -97,8 +97,11 @@ start() {
 	return 1
 }
 
-echo "demo: building examples/gin" >&2
-(cd examples && go build -o "$work/gin-example" ./gin)
+# With empty caches the build downloads and compiles Gin, go-redis and their
+# dependencies (about 90 s on 2 cores): -v names each package as it is
+# compiled, so a first run is never silent. A warm build prints nothing.
+echo "demo: building examples/gin (the first run downloads and compiles about 140 packages)" >&2
+(cd examples && go build -v -o "$work/gin-example" ./gin 2>&1 | sed -u 's/^/demo:   /' >&2)
 
 start A
 addr_a=$addr

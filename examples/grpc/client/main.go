@@ -16,7 +16,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/slidelimit/slidelimit/examples/grpc/greeter"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -50,7 +49,7 @@ func run(ctx context.Context, addr string, n int, w io.Writer) error {
 	defer conn.Close()
 	for i := 1; i <= n; i++ {
 		var header metadata.MD
-		_, err := greeter.Hello(ctx, conn, "Ann", grpc.Header(&header))
+		_, err := callHello(ctx, conn, "Ann", grpc.Header(&header))
 		st := status.Convert(err)
 		line := fmt.Sprintf("call %d: %v", i, st.Code())
 		if err == nil {

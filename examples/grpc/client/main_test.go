@@ -9,7 +9,6 @@ import (
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/redistest"
-	"github.com/slidelimit/slidelimit/examples/grpc/greeter"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -29,7 +28,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(lim)))
-	if err := greeter.Register(srv, hello{}); err != nil {
+	if err := registerGreeter(srv, hello{}); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -29,7 +29,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
-	"github.com/slidelimit/slidelimit/examples/grpc/greeter"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -116,7 +115,7 @@ func newServer(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies
 		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, opts...)),
 		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(lim, opts...)),
 	)
-	if err := greeter.Register(srv, hello{}); err != nil {
+	if err := registerGreeter(srv, hello{}); err != nil {
 		return nil, nil, err
 	}
 	healthSrv := health.NewServer()
@@ -125,7 +124,7 @@ func newServer(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies
 	return srv, healthSrv, nil
 }
 
-// hello implements greeter.Server.
+// hello implements greeterServer.
 type hello struct{}
 
 func (hello) Hello(_ context.Context, name *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {

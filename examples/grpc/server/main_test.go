@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/redistest"
-	"github.com/slidelimit/slidelimit/examples/grpc/greeter"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -61,7 +60,7 @@ func TestHello(t *testing.T) {
 	want := []codes.Code{codes.OK, codes.OK, codes.OK, codes.OK, codes.OK, codes.ResourceExhausted}
 	for i, w := range want {
 		var header, trailer metadata.MD
-		got, err := greeter.Hello(t.Context(), conn, "Ann", grpc.Header(&header), grpc.Trailer(&trailer))
+		got, err := callHello(t.Context(), conn, "Ann", grpc.Header(&header), grpc.Trailer(&trailer))
 		if status.Code(err) != w {
 			t.Fatalf("Hello #%d = %v, want %v", i+1, err, w)
 		}
@@ -84,7 +83,7 @@ func TestHelloBehindProxy(t *testing.T) {
 	for i, client := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5", "198.51.100.6"} {
 		var header metadata.MD
 		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-forwarded-for", client)
-		_, err := greeter.Hello(ctx, conn, "Ann", grpc.Header(&header))
+		_, err := callHello(ctx, conn, "Ann", grpc.Header(&header))
 		if err != nil || header.Get("x-ratelimit-remaining")[0] != "4" {
 			t.Errorf("Hello #%d for %s via proxy = %v remaining %q, want OK remaining 4", i+1, client, err, header.Get("x-ratelimit-remaining"))
 		}
@@ -112,15 +111,15 @@ func TestReflection(t *testing.T) {
 			names = append(names, s.GetName())
 		}
 		sort.Strings(names)
-		if i := sort.SearchStrings(names, greeter.ServiceName); i == len(names) || names[i] != greeter.ServiceName {
-			t.Fatalf("reflection lists %v, want %s among them", names, greeter.ServiceName)
+		if i := sort.SearchStrings(names, greeterServiceName); i == len(names) || names[i] != greeterServiceName {
+			t.Fatalf("reflection lists %v, want %s among them", names, greeterServiceName)
 		}
-		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: greeter.ServiceName}}); err != nil {
+		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: greeterServiceName}}); err != nil {
 			t.Fatal(err)
 		}
 		resp, err = stream.Recv()
 		if err != nil || len(resp.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
-			t.Fatalf("reflection FileContainingSymbol(%s) = %v, %v, want its file", greeter.ServiceName, resp, err)
+			t.Fatalf("reflection FileContainingSymbol(%s) = %v, %v, want its file", greeterServiceName, resp, err)
 		}
 		_ = stream.CloseSend()
 		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {

@@ -1,4 +1,4 @@
-// Package greeter is the example's gRPC service, demo.v1.Greeter, with one
+// This file is the example's gRPC service, demo.v1.Greeter, with one
 // method:
 //
 //	service Greeter {
@@ -7,9 +7,14 @@
 //
 // It is written by hand, so that the example builds without protoc; in
 // your service, the code protoc-gen-go-grpc generates takes its place.
-// Register also registers the service's descriptor, so that the gRPC
+// registerGreeter also registers the service's descriptor, so that the gRPC
 // reflection service can describe it to tools such as grpcurl.
-package greeter
+//
+// The server and the client folders hold the same file, as package main of
+// each, so that either folder can be copied alone; keep the two the same
+// (make release-check compares them).
+
+package main
 
 import (
 	"context"
@@ -26,65 +31,65 @@ import (
 
 // Names of the service and its method.
 const (
-	ServiceName = "demo.v1.Greeter"
-	// HelloMethod is the full name of Hello, as interceptors see it.
-	HelloMethod = "/demo.v1.Greeter/Hello"
+	greeterServiceName = "demo.v1.Greeter"
+	// greeterHelloMethod is the full name of Hello, as interceptors see it.
+	greeterHelloMethod = "/demo.v1.Greeter/Hello"
 )
 
-// Server is what the service does.
-type Server interface {
+// greeterServer is what the service does.
+type greeterServer interface {
 	// Hello greets name.
 	Hello(ctx context.Context, name *wrapperspb.StringValue) (*wrapperspb.StringValue, error)
 }
 
-// Register registers srv on s as demo.v1.Greeter.
-func Register(s *grpc.Server, srv Server) error {
-	if err := registerDescriptor(); err != nil {
+// registerGreeter registers srv on s as demo.v1.Greeter.
+func registerGreeter(s *grpc.Server, srv greeterServer) error {
+	if err := registerGreeterDescriptor(); err != nil {
 		return err
 	}
-	s.RegisterService(&serviceDesc, srv)
+	s.RegisterService(&greeterServiceDesc, srv)
 	return nil
 }
 
-// Hello calls demo.v1.Greeter/Hello on cc.
-func Hello(ctx context.Context, cc grpc.ClientConnInterface, name string, opts ...grpc.CallOption) (string, error) {
+// callHello calls demo.v1.Greeter/Hello on cc.
+func callHello(ctx context.Context, cc grpc.ClientConnInterface, name string, opts ...grpc.CallOption) (string, error) {
 	out := new(wrapperspb.StringValue)
-	if err := cc.Invoke(ctx, HelloMethod, wrapperspb.String(name), out, opts...); err != nil {
+	if err := cc.Invoke(ctx, greeterHelloMethod, wrapperspb.String(name), out, opts...); err != nil {
 		return "", err
 	}
 	return out.GetValue(), nil
 }
 
-var serviceDesc = grpc.ServiceDesc{
-	ServiceName: ServiceName,
-	HandlerType: (*Server)(nil),
-	Methods:     []grpc.MethodDesc{{MethodName: "Hello", Handler: helloHandler}},
+var greeterServiceDesc = grpc.ServiceDesc{
+	ServiceName: greeterServiceName,
+	HandlerType: (*greeterServer)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "Hello", Handler: greeterHelloHandler}},
 	Metadata:    "demo/v1/greeter.proto",
 }
 
-func helloHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // the shape of grpc.MethodHandler
+func greeterHelloHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // the shape of grpc.MethodHandler
 	in := new(wrapperspb.StringValue)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	handle := func(ctx context.Context, req any) (any, error) {
-		return srv.(Server).Hello(ctx, req.(*wrapperspb.StringValue))
+		return srv.(greeterServer).Hello(ctx, req.(*wrapperspb.StringValue))
 	}
 	if interceptor == nil {
 		return handle(ctx, in)
 	}
-	return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: HelloMethod}, handle)
+	return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: greeterHelloMethod}, handle)
 }
 
 var (
-	descOnce sync.Once
-	descErr  error
+	greeterDescOnce sync.Once
+	greeterDescErr  error
 )
 
-// registerDescriptor adds demo/v1/greeter.proto to the global registry,
+// registerGreeterDescriptor adds demo/v1/greeter.proto to the global registry,
 // where the reflection service looks services up.
-func registerDescriptor() error {
-	descOnce.Do(func() {
+func registerGreeterDescriptor() error {
+	greeterDescOnce.Do(func() {
 		fdp := &descriptorpb.FileDescriptorProto{
 			Name:       proto.String("demo/v1/greeter.proto"),
 			Package:    proto.String("demo.v1"),
@@ -104,8 +109,8 @@ func registerDescriptor() error {
 			err = protoregistry.GlobalFiles.RegisterFile(fd)
 		}
 		if err != nil {
-			descErr = fmt.Errorf("greeter: register descriptor: %w", err)
+			greeterDescErr = fmt.Errorf("greeter: register descriptor: %w", err)
 		}
 	})
-	return descErr
+	return greeterDescErr
 }
