@@ -11,6 +11,13 @@ require (
 	github.com/slidelimit/slidelimit/echo v0.0.0
 	github.com/slidelimit/slidelimit/fiber v0.0.0
 	github.com/slidelimit/slidelimit/gin v0.0.0
+	google.golang.org/grpc v1.64.1
+)
+
+require (
+	github.com/kr/pretty v0.1.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237 // indirect
+	gopkg.in/check.v1 v1.0.0-20190902080502-41f04d3bba15 // indirect
 )
 
 require (
@@ -38,6 +45,7 @@ require (
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/pelletier/go-toml/v2 v2.0.8 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
+	github.com/slidelimit/slidelimit/grpcinterceptor v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.2.11 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
@@ -49,7 +57,7 @@ require (
 	golang.org/x/net v0.32.0 // indirect
 	golang.org/x/sys v0.28.0 // indirect
 	golang.org/x/text v0.21.0 // indirect
-	google.golang.org/protobuf v1.30.0 // indirect
+	google.golang.org/protobuf v1.33.0
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
@@ -60,3 +68,5 @@ replace (
 	github.com/slidelimit/slidelimit/fiber => ../fiber
 	github.com/slidelimit/slidelimit/gin => ../gin
 )
+
+replace github.com/slidelimit/slidelimit/grpcinterceptor => ../grpcinterceptor
