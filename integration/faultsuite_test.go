@@ -160,7 +160,7 @@ func runFault(t *testing.T, policy slidelimit.FailurePolicy, f fault) {
 	lim := newLimiter(t, rdb, prefix, faultLimit, slidelimit.WithFailurePolicy(policy))
 	awaitRedisDecision(t, lim, "warm-up")
 
-	tr := startTraffic(lim, 16, 8)
+	tr := startTraffic(lim, 16, identities("f-", 8))
 	time.Sleep(300 * time.Millisecond)
 	injected := time.Now()
 	end := f.inject(t, env)
@@ -168,7 +168,7 @@ func runFault(t *testing.T, policy slidelimit.FailurePolicy, f fault) {
 	end()
 	ended := time.Now()
 	// Keep deciding until Redis has decided for a while again.
-	recovered := tr.awaitRecovery(ended, 500*time.Millisecond, recoveryBound+5*time.Second)
+	recovered := tr.awaitRecovery(nil, ended, 500*time.Millisecond, recoveryBound+5*time.Second)
 	ds := tr.stop()
 
 	var (
@@ -273,16 +273,25 @@ type traffic struct {
 	wg   sync.WaitGroup
 }
 
-// startTraffic starts goroutines that call lim.Allow for identities
-// "f-0"…, round robin, a millisecond apart, until stop.
-func startTraffic(lim *slidelimit.Limiter, goroutines, identities int) *traffic {
+// identities returns n identities: prefix followed by 0, 1, ….
+func identities(prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return ids
+}
+
+// startTraffic starts goroutines that call lim.Allow a millisecond apart
+// until stop, each cycling through ids from its own starting point.
+func startTraffic(lim *slidelimit.Limiter, goroutines int, ids []string) *traffic {
 	tr := &traffic{quit: make(chan struct{})}
 	for g := range goroutines {
 		tr.wg.Add(1)
 		go func() {
 			defer tr.wg.Done()
-			id := fmt.Sprintf("f-%d", g%identities)
-			for {
+			for i := g; ; i++ {
+				id := ids[i%len(ids)]
 				select {
 				case <-tr.quit:
 					return
@@ -302,10 +311,11 @@ func startTraffic(lim *slidelimit.Limiter, goroutines, identities int) *traffic 
 	return tr
 }
 
-// awaitRecovery waits until, after since, decisions have come from Redis
-// alone for quiet, and returns how long after since the first of them
-// ended; -1 if that did not happen within limit.
-func (tr *traffic) awaitRecovery(since time.Time, quiet, limit time.Duration) time.Duration {
+// awaitRecovery waits until, after since, the decisions of the identities
+// in only (all if nil) have come from Redis alone for quiet, and returns
+// how long after since the first of them ended; -1 if that did not happen
+// within limit.
+func (tr *traffic) awaitRecovery(only map[string]bool, since time.Time, quiet, limit time.Duration) time.Duration {
 	deadline := since.Add(limit)
 	for time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -314,7 +324,7 @@ func (tr *traffic) awaitRecovery(since time.Time, quiet, limit time.Duration) ti
 		// follows.
 		var first time.Time
 		for _, d := range tr.ds {
-			if d.start.Before(since) {
+			if d.start.Before(since) || only != nil && !only[d.identity] {
 				continue
 			}
 			if d.fallback {
