@@ -8,11 +8,13 @@ GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lin
 
 .PHONY: test demo bench lint vet fmt tidy
 
-## test: vet and test every module with -race against real Redis (standalone and Cluster).
+## test: vet and test every module with -race against real Redis (standalone and Cluster),
+## then core, integration and examples once more against the newest go-redis v9.
 test:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	scripts/each-module.sh $(GO) vet ./...
 	scripts/with-redis.sh scripts/each-module.sh $(GO) test -race -count=1 ./...
+	GO=$(GO) scripts/with-redis.sh scripts/test-newest-goredis.sh
 
 ## demo: one limit shared by two server processes, against a throwaway Redis.
 demo:
