@@ -149,7 +149,7 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 		return o
 	case <-ctx.Done():
 		// Leave: a queued call is never sent; a sent one's reply is dropped.
-		c.state.CompareAndSwap(queued, done)
+		c.state.Store(done)
 		return outcome{err: ctx.Err()}
 	}
 }
@@ -255,11 +255,12 @@ func (ln *lane) roundTrip(batch []*call) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	result := make(chan bool, 1)
-	go func() { result <- ln.exec(ctx, batch, rt) }()
+	var byExec atomic.Int32 // calls exec delivered
+	go func() { result <- ln.exec(ctx, batch, rt, &byExec) }()
 
 	graced := make([]bool, len(batch))
 	added := make([]time.Duration, len(batch)) // allowance used for a busy process
-	failed, timedOut := false, false
+	failed := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -275,10 +276,13 @@ func (ln *lane) roundTrip(batch []*call) bool {
 			}
 		}
 		if !open {
-			if timedOut {
-				return failed // exec may go on for a while; nobody reads it
+			// Every call is answered, timed out or gone. If exec answered
+			// them all it is returning; otherwise it may go on for a while
+			// with nobody to tell.
+			if byExec.Load() == int32(len(batch)) {
+				return <-result
 			}
-			return <-result // exec delivered every outcome and is returning
+			return failed
 		}
 		var expired <-chan time.Time
 		if next != 0 {
@@ -308,7 +312,7 @@ func (ln *lane) roundTrip(batch []*call) bool {
 					graced[i] = true
 					c.deadline.CompareAndSwap(d, now.Add(promptly).UnixNano())
 				case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: rt}):
-					failed, timedOut = true, true
+					failed = true
 				}
 			}
 			if failed {
@@ -326,7 +330,7 @@ var retryDelays = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 
 // also loads the script, the commands the node answered NOSCRIPT; retries
 // CLUSTERDOWN and TRYAGAIN briefly; and delivers each outcome. It reports
 // whether Redis failed.
-func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64) bool {
+func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *atomic.Int32) bool {
 	failed := false
 	pending := batch
 	for attempt := 0; len(pending) > 0; attempt++ {
@@ -375,7 +379,9 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64) bool {
 				failed = true
 			}
 			reload = reload || shouldReload(err)
-			c.finish(sent, outcome{reply: reply, err: err, h: h, rt: rt})
+			if c.finish(sent, outcome{reply: reply, err: err, h: h, rt: rt}) {
+				delivered.Add(1)
+			}
 		}
 		if reload {
 			ln.d.reload.maybe()
@@ -383,7 +389,9 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64) bool {
 		if pause {
 			if err := sleepCtx(ctx, retryDelays[attempt]); err != nil {
 				for _, c := range again {
-					c.finish(sent, outcome{err: c.cmd.Err(), h: healthFailed, rt: rt})
+					if c.finish(sent, outcome{err: c.cmd.Err(), h: healthFailed, rt: rt}) {
+						delivered.Add(1)
+					}
 				}
 				return true
 			}
