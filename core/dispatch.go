@@ -108,8 +108,15 @@ type call struct {
 	state   atomic.Int32
 	out     chan outcome // buffered: a caller that left is never waited for
 
-	cmd      *redis.Cmd // set by the lane
-	deadline time.Time  // zero: no bound but the caller's context
+	cmd      *redis.Cmd   // set by the lane
+	deadline atomic.Int64 // UnixNano by which Redis must answer; 0: no bound but the caller's context
+}
+
+// arm starts c's timeout: a command of c was just sent.
+func (c *call) arm() {
+	if c.timeout > 0 {
+		c.deadline.Store(time.Now().Add(c.timeout).UnixNano())
+	}
 }
 
 // outcome is what a call learns.
@@ -142,7 +149,7 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 		return o
 	case <-ctx.Done():
 		// Leave: a queued call is never sent; a sent one's reply is dropped.
-		c.state.CompareAndSwap(queued, done)
+		c.state.Store(done)
 		return outcome{err: ctx.Err()}
 	}
 }
@@ -150,6 +157,7 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 // lane is the queue and round trips of one node.
 type lane struct {
 	d        *dispatcher
+	answered atomic.Int64 // UnixNano of Redis's last answer to a round trip
 	mu       sync.Mutex
 	queue    []*call
 	inFlight int
@@ -218,58 +226,67 @@ func (ln *lane) run(batch []*call) {
 	}
 }
 
+// Telling a silent Redis from a busy one or a busy process. A call's
+// timeout is how long Redis may stay silent while the call's command is
+// out: while Redis answers other round trips of the node, those sent
+// before it are ahead in Redis's queue, and the call waits on. A timer that fires late by
+// more than promptly shows that this process did not run for that long, so
+// the reply may be in the socket unread: the call gets that long again. A
+// call fails only when a timer that fired promptly finds it still waiting,
+// and again after a grace of promptly, so that a reply already read has the
+// time to be delivered. busyAllowance bounds what a busy process adds.
+const (
+	promptly      = 2 * time.Millisecond
+	busyAllowance = time.Second
+)
+
 // roundTrip sends batch as one pipeline and delivers each call's outcome,
-// or errNoAnswer to a call whose deadline passes first. It returns once
-// every call has an outcome, and reports whether Redis failed.
+// or errNoAnswer to a call whose Redis did not answer within its timeout
+// after the command was sent. It returns once every call has an outcome,
+// and reports whether Redis failed.
 func (ln *lane) roundTrip(batch []*call) bool {
 	rt := roundTrips.Add(1)
-	now := time.Now()
-	var last time.Time
-	bounded := true
 	for _, c := range batch {
-		if c.timeout > 0 {
-			c.deadline = now.Add(c.timeout)
-			if c.deadline.After(last) {
-				last = c.deadline
-			}
-		} else {
-			bounded = false
-		}
+		c.arm()
 	}
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if bounded {
-		// go-redis honours it with ContextTimeoutEnabled; the timer below
-		// holds the bound either way.
-		ctx, cancel = context.WithDeadline(ctx, last)
-	}
+	// No deadline for go-redis: the timeouts below measure Redis alone,
+	// and a dial or a pool wait must not end early because of them. The
+	// context ends when the round trip is given up.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
 	result := make(chan bool, 1)
-	go func() { result <- ln.exec(ctx, batch, rt) }()
+	var byExec atomic.Int32 // calls exec delivered
+	go func() { result <- ln.exec(ctx, batch, rt, &byExec) }()
 
-	failed, timedOut := false, false
+	graced := make([]bool, len(batch))
+	added := make([]time.Duration, len(batch)) // allowance used for a busy process
+	failed := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		next, open := time.Time{}, false
+		var next int64
+		open := false
 		for _, c := range batch {
 			if c.state.Load() != sent {
 				continue
 			}
 			open = true
-			if !c.deadline.IsZero() && (next.IsZero() || c.deadline.Before(next)) {
-				next = c.deadline
+			if d := c.deadline.Load(); d != 0 && (next == 0 || d < next) {
+				next = d
 			}
 		}
 		if !open {
-			if timedOut {
-				return failed // exec may go on for a while; nobody reads it
+			// Every call is answered, timed out or gone. If exec answered
+			// them all it is returning; otherwise it may go on for a while
+			// with nobody to tell.
+			if byExec.Load() == int32(len(batch)) {
+				return <-result
 			}
-			return <-result // exec delivered every outcome and is returning
+			return failed
 		}
 		var expired <-chan time.Time
-		if !next.IsZero() {
-			timer.Reset(time.Until(next))
+		if next != 0 {
+			timer.Reset(time.Until(time.Unix(0, next)))
 			expired = timer.C
 		}
 		select {
@@ -277,9 +294,25 @@ func (ln *lane) roundTrip(batch []*call) bool {
 			return failed || f
 		case <-expired:
 			now := time.Now()
-			for _, c := range batch {
-				if !c.deadline.IsZero() && !now.Before(c.deadline) && c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: rt}) {
-					failed, timedOut = true, true
+			late := now.Sub(time.Unix(0, next))
+			for i, c := range batch {
+				d := c.deadline.Load()
+				if d == 0 || d > now.UnixNano() || c.state.Load() != sent {
+					continue
+				}
+				switch {
+				case now.Sub(time.Unix(0, ln.answered.Load())) < c.timeout:
+					// Redis answers other round trips, and this one waits
+					// behind them in Redis: it is busy, not failing.
+					c.deadline.CompareAndSwap(d, ln.answered.Load()+int64(c.timeout))
+				case late > promptly && added[i] < busyAllowance:
+					added[i] += late
+					c.deadline.CompareAndSwap(d, now.Add(late).UnixNano())
+				case !graced[i]:
+					graced[i] = true
+					c.deadline.CompareAndSwap(d, now.Add(promptly).UnixNano())
+				case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: rt}):
+					failed = true
 				}
 			}
 			if failed {
@@ -297,7 +330,7 @@ var retryDelays = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 
 // also loads the script, the commands the node answered NOSCRIPT; retries
 // CLUSTERDOWN and TRYAGAIN briefly; and delivers each outcome. It reports
 // whether Redis failed.
-func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64) bool {
+func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *atomic.Int32) bool {
 	failed := false
 	pending := batch
 	for attempt := 0; len(pending) > 0; attempt++ {
@@ -305,13 +338,25 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64) bool {
 		for _, c := range pending {
 			if c.cmd != nil && isNoScript(c.cmd.Err()) {
 				c.cmd = evalCmd(ctx, "eval", allowSource, c.keys, c.args)
+				c.arm() // Redis answered; the resent command has the whole timeout
 			} else {
 				c.cmd = evalCmd(ctx, "evalsha", allowScript.Hash(), c.keys, c.args)
 			}
 			_ = pipe.Process(ctx, c.cmd)
 		}
-		_, _ = pipe.Exec(ctx)
+		if _, err := pipe.Exec(ctx); err != nil {
+			// go-redis leaves the commands untouched when it gets no
+			// connection (a failed dial, the pool's wait): give them the error.
+			for _, c := range pending {
+				if c.cmd.Err() == nil && c.cmd.Val() == nil {
+					c.cmd.SetErr(err)
+				}
+			}
+		}
 
+		if err := pending[0].cmd.Err(); err == nil || classify(err) == healthOK {
+			ln.answered.Store(time.Now().UnixNano())
+		}
 		var again []*call
 		reload, pause := false, false
 		for _, c := range pending {
@@ -334,7 +379,9 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64) bool {
 				failed = true
 			}
 			reload = reload || shouldReload(err)
-			c.finish(sent, outcome{reply: reply, err: err, h: h, rt: rt})
+			if c.finish(sent, outcome{reply: reply, err: err, h: h, rt: rt}) {
+				delivered.Add(1)
+			}
 		}
 		if reload {
 			ln.d.reload.maybe()
@@ -342,7 +389,9 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64) bool {
 		if pause {
 			if err := sleepCtx(ctx, retryDelays[attempt]); err != nil {
 				for _, c := range again {
-					c.finish(sent, outcome{err: c.cmd.Err(), h: healthFailed, rt: rt})
+					if c.finish(sent, outcome{err: c.cmd.Err(), h: healthFailed, rt: rt}) {
+						delivered.Add(1)
+					}
 				}
 				return true
 			}
@@ -355,7 +404,8 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64) bool {
 // beforeDeadline reports whether c can wait d and still be sent within its
 // deadline.
 func beforeDeadline(c *call, d time.Duration) bool {
-	return c.deadline.IsZero() || time.Now().Add(d).Before(c.deadline)
+	dl := c.deadline.Load()
+	return dl == 0 || time.Now().Add(d).UnixNano() < dl
 }
 
 // evalCmd returns an EVAL or EVALSHA command of the allow script.
