@@ -217,11 +217,17 @@ func runFault(t *testing.T, policy slidelimit.FailurePolicy, f fault) {
 		}
 	}
 	// FailLocal with one replica holds the whole quota locally; the fault
-	// lasts far less than the window, so no identity may have more.
+	// lasts far less than the window, so no identity may have more. It
+	// must admit some, or it merely failed closed.
+	localTotal := 0
 	for id, n := range localAdmits {
+		localTotal += n
 		if n > faultQuota {
 			t.Errorf("FailLocal admitted %d fallback calls of %q within one window, want at most %d", n, id, faultQuota)
 		}
+	}
+	if policy == slidelimit.FailLocal && during > 0 && localTotal == 0 {
+		t.Errorf("FailLocal admitted none of %d fallback calls, want up to %d per identity", fallbacks, faultQuota)
 	}
 	if f.harmless && fallbacks > 0 {
 		t.Errorf("%d of %d decisions fell back, want 0: this fault must cost nothing", fallbacks, len(ds))
