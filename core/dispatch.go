@@ -2,6 +2,7 @@ package slidelimit
 
 import (
 	"context"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,9 @@ type dispatcher struct {
 	// Limits; the defaults above, smaller in tests.
 	maxBatch, maxInFlight, maxQueue int
 
-	mu    sync.Mutex
-	lanes map[string]*lane // by node address; "" for a client that is not a cluster
+	mu     sync.Mutex
+	lanes  map[string]*lane       // by node address; "" for a client that is not a cluster
+	hooked map[*redis.Client]bool // node clients that carry dialWatch
 }
 
 // dispatcherFor returns client's dispatcher, or nil if client cannot
@@ -60,13 +62,67 @@ func dispatcherFor(client redis.Scripter) *dispatcher {
 		return d.(*dispatcher)
 	}
 	d := &dispatcher{client: client, pipe: p.Pipeline, maxBatch: maxBatch, maxInFlight: maxInFlight,
-		maxQueue: maxQueue, lanes: make(map[string]*lane)}
+		maxQueue: maxQueue, lanes: make(map[string]*lane), hooked: make(map[*redis.Client]bool)}
 	if c, ok := client.(*redis.ClusterClient); ok {
 		d.cluster = c
 		d.reload = &reloader{cluster: c}
 	}
-	actual, _ := dispatchers.LoadOrStore(client, d)
+	actual, loaded := dispatchers.LoadOrStore(client, d)
+	if !loaded {
+		d.watchDials()
+	}
 	return actual.(*dispatcher)
+}
+
+// watchDials adds dialWatch to the client, or to each node of a
+// ClusterClient or Ring, so that a round trip knows when it had to open a
+// connection. The hook does nothing for commands the limiter did not send.
+func (d *dispatcher) watchDials() {
+	switch c := d.client.(type) {
+	case *redis.Client:
+		d.hook(c)
+	case *redis.ClusterClient:
+		c.OnNewNode(d.hook) // the nodes known now are hooked as lanes meet them
+	case *redis.Ring:
+		c.OnNewNode(d.hook)
+		_ = c.ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error {
+			d.hook(n)
+			return nil
+		})
+	}
+}
+
+// hook adds dialWatch to c once.
+func (d *dispatcher) hook(c *redis.Client) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.hooked[c] {
+		d.hooked[c] = true
+		c.AddHook(dialWatch{})
+	}
+}
+
+// dialedKey is the context key of a round trip's *atomic.Bool that
+// dialWatch sets when the round trip opens a connection.
+type dialedKey struct{}
+
+// dialWatch is a go-redis hook that tells a round trip it opened a
+// connection.
+type dialWatch struct{}
+
+func (dialWatch) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dialed, ok := ctx.Value(dialedKey{}).(*atomic.Bool); ok {
+			dialed.Store(true)
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // node returns the address of the Cluster node that serves key, or "" for
@@ -79,6 +135,7 @@ func (d *dispatcher) node(ctx context.Context, key string) string {
 	if err != nil {
 		return ""
 	}
+	d.hook(c)
 	return c.Options().Addr
 }
 
@@ -226,18 +283,34 @@ func (ln *lane) run(batch []*call) {
 	}
 }
 
-// Telling a silent Redis from a busy one or a busy process. A call's
-// timeout is how long Redis may stay silent while the call's command is
-// out: while Redis answers other round trips of the node, those sent
-// before it are ahead in Redis's queue, and the call waits on. A timer that fires late by
-// more than promptly shows that this process did not run for that long, so
-// the reply may be in the socket unread: the call gets that long again. A
-// call fails only when a timer that fired promptly finds it still waiting,
-// and again after a grace of promptly, so that a reply already read has the
-// time to be delivered. busyAllowance bounds what a busy process adds.
+// Telling a silent Redis from a busy one, a busy process or a busy host.
+// A call's timeout is how long Redis may stay silent while the call's
+// command is out:
+//
+//   - while Redis answers other round trips of the node, those sent before
+//     the call are ahead of it in Redis's queue, and the call waits on;
+//   - a timer that fires late by more than promptly shows that this process
+//     did not run for that long, so the reply may be in the socket unread:
+//     the call gets that long again;
+//   - a call whose time is up gets a grace of promptly, so that a reply
+//     already read has the time to be delivered; if the process or the host
+//     was busy meanwhile (see busyMeter), it gets busyStep more, and so on.
+//
+// busyAllowance bounds what a busy process or host adds, so a dead Redis on
+// a saturated host costs at most timeout + busyAllowance before the policy
+// decides (and nothing once the breaker is open); on a host with CPU to
+// spare, timeout + promptly.
+//
+// Opening a connection is not Redis's answer either: a round trip that
+// dials (and then says HELLO) on a busy host may take far longer than the
+// timeout before its command is even sent. It gets up to connectAllowance
+// more; a dial that is refused fails at once, and one that hangs (a
+// blackholed network) costs at most that much more than the timeout.
 const (
-	promptly      = 2 * time.Millisecond
-	busyAllowance = time.Second
+	promptly         = 2 * time.Millisecond
+	busyStep         = 10 * time.Millisecond
+	busyAllowance    = time.Second
+	connectAllowance = time.Second
 )
 
 // roundTrip sends batch as one pipeline and delivers each call's outcome,
@@ -252,14 +325,17 @@ func (ln *lane) roundTrip(batch []*call) bool {
 	// No deadline for go-redis: the timeouts below measure Redis alone,
 	// and a dial or a pool wait must not end early because of them. The
 	// context ends when the round trip is given up.
-	ctx, cancel := context.WithCancel(context.Background())
+	dialed := new(atomic.Bool)
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), dialedKey{}, dialed))
 	defer cancel()
 	result := make(chan bool, 1)
 	var byExec atomic.Int32 // calls exec delivered
 	go func() { result <- ln.exec(ctx, batch, rt, &byExec) }()
 
+	var busy *busyMeter // made at the first grace: reading it costs tens of µs
 	graced := make([]bool, len(batch))
-	added := make([]time.Duration, len(batch)) // allowance used for a busy process
+	added := make([]time.Duration, len(batch))   // allowance used for a busy process
+	connect := make([]time.Duration, len(batch)) // allowance used for opening a connection
 	failed := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -295,6 +371,9 @@ func (ln *lane) roundTrip(batch []*call) bool {
 		case <-expired:
 			now := time.Now()
 			late := now.Sub(time.Unix(0, next))
+			if busy != nil && busy.busy() {
+				late = max(late, busyStep)
+			}
 			for i, c := range batch {
 				d := c.deadline.Load()
 				if d == 0 || d > now.UnixNano() || c.state.Load() != sent {
@@ -305,11 +384,17 @@ func (ln *lane) roundTrip(batch []*call) bool {
 					// Redis answers other round trips, and this one waits
 					// behind them in Redis: it is busy, not failing.
 					c.deadline.CompareAndSwap(d, ln.answered.Load()+int64(c.timeout))
+				case dialed.Load() && connect[i] < connectAllowance:
+					connect[i] += c.timeout
+					c.deadline.CompareAndSwap(d, now.Add(c.timeout).UnixNano())
 				case late > promptly && added[i] < busyAllowance:
 					added[i] += late
 					c.deadline.CompareAndSwap(d, now.Add(late).UnixNano())
 				case !graced[i]:
 					graced[i] = true
+					if busy == nil {
+						busy = newBusyMeter()
+					}
 					c.deadline.CompareAndSwap(d, now.Add(promptly).UnixNano())
 				case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: rt}):
 					failed = true
