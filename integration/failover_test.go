@@ -76,7 +76,7 @@ func TestClusterFailover(t *testing.T) {
 	recovered := tr.awaitRecovery(onVictim, promoted, 500*time.Millisecond, 20*time.Second)
 	ds := tr.stop()
 
-	var victimFallbacks, healthyFallbacks, healthy int
+	var victimFallbacks, healthyFallbacks, healthy, slow int
 	var firstHealthyErr error
 	for _, d := range ds {
 		switch {
@@ -94,9 +94,11 @@ func TestClusterFailover(t *testing.T) {
 			}
 		}
 		if d.latency > faultTimeout+latencyMargin {
-			t.Errorf("Allow(%q) at +%v took %v, want at most the timeout %v + %v",
-				d.identity, d.start.Sub(killed).Round(time.Millisecond), d.latency, faultTimeout, latencyMargin)
+			slow++
 		}
+	}
+	if slow > 0 {
+		t.Errorf("%d decisions took longer than the timeout %v + %v", slow, faultTimeout, latencyMargin)
 	}
 	figure := "never (within 20s)"
 	if recovered >= 0 {
