@@ -5,6 +5,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,12 +68,12 @@ func TestClusterFailover(t *testing.T) {
 		awaitRedisDecision(t, lim, id)
 	}
 
-	replica := replicaOf(t, nodes, victim)
+	replica := replicaOf(t, victim)
 	tr := startTraffic(lim, 32, ids)
 	time.Sleep(500 * time.Millisecond)
 	killed := time.Now()
 	nodes[victim].Stop() // SIGKILL
-	promoted := awaitPromotion(t, nodes, replica, 30*time.Second)
+	promoted := awaitPromotion(t, replica, 30*time.Second)
 	recovered := tr.awaitRecovery(onVictim, promoted, 500*time.Millisecond, 20*time.Second)
 	ds := tr.stop()
 
@@ -180,14 +181,7 @@ type clusterNode struct {
 	flags            []string
 }
 
-func (n clusterNode) is(flag string) bool {
-	for _, f := range n.flags {
-		if f == flag {
-			return true
-		}
-	}
-	return false
-}
+func (n clusterNode) is(flag string) bool { return slices.Contains(n.flags, flag) }
 
 // clusterNodes returns CLUSTER NODES as seen by the node at addr.
 func clusterNodes(ctx context.Context, addr string) ([]clusterNode, error) {
@@ -210,7 +204,7 @@ func clusterNodes(ctx context.Context, addr string) ([]clusterNode, error) {
 }
 
 // replicaOf returns the address of the replica of the primary at addr.
-func replicaOf(t *testing.T, nodes map[string]*redistest.Server, primary string) string {
+func replicaOf(t *testing.T, primary string) string {
 	t.Helper()
 	ns, err := clusterNodes(t.Context(), primary)
 	if err != nil {
@@ -233,7 +227,7 @@ func replicaOf(t *testing.T, nodes map[string]*redistest.Server, primary string)
 
 // awaitPromotion polls the replica until it reports itself a primary, and
 // returns when it first did.
-func awaitPromotion(t *testing.T, nodes map[string]*redistest.Server, replica string, limit time.Duration) time.Time {
+func awaitPromotion(t *testing.T, replica string, limit time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {

@@ -51,7 +51,13 @@ if [ "$selected" != "$version" ]; then
 	echo "test-newest-goredis: the workspace selected go-redis $selected, want $version" >&2
 	exit 1
 fi
+# Every module runs even if one fails, so one run shows every difference.
+failed=()
 for m in ${@:-core integration examples}; do
 	echo "== $m: go test against go-redis $version" >&2
-	(cd "$m" && "$GO" test -race -count=1 ./...)
+	(cd "$m" && "$GO" test -race -count=1 ./...) || failed+=("$m")
 done
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "test-newest-goredis: failed against go-redis $version: ${failed[*]}" >&2
+	exit 1
+fi
