@@ -160,6 +160,9 @@ func (c *call) finish(from int32, o outcome) bool {
 // dispatcher, bounding Redis's answer by timeout once sent, and the whole
 // call by ctx.
 func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []any, timeout time.Duration) outcome {
+	if err := ctx.Err(); err != nil {
+		return outcome{err: err}
+	}
 	c := &call{keys: keys, args: args, timeout: timeout, out: make(chan outcome, 1)}
 	if !d.lane(node).enqueue(c) {
 		return outcome{err: errQueueFull}
