@@ -290,11 +290,17 @@ func (ln *lane) roundTrip(batch []*call) bool {
 	for _, c := range batch {
 		c.arm()
 	}
-	// No deadline for go-redis: the timeouts below measure Redis alone,
-	// and a dial or a pool wait must not end early because of them. The
-	// context ends when the round trip is given up.
+	// The timeouts below measure Redis alone: a dial or a pool wait must
+	// not end early because of them. The context ends when the round trip
+	// is given up.
 	opened := dials(ln.pool)
+	// go-redis gets no deadline of ours, only a backstop past every
+	// allowance, so that with ContextTimeoutEnabled an abandoned round trip
+	// ends soon after; without it, within the client's ReadTimeout.
 	ctx, cancel := context.WithCancel(context.Background())
+	if longest := maxTimeout(batch); longest > 0 {
+		ctx, cancel = context.WithTimeout(context.Background(), longest+busyAllowance+connectAllowance+busyStep)
+	}
 	defer cancel()
 	result := make(chan bool, 1)
 	var byExec atomic.Int32 // calls exec delivered
@@ -373,6 +379,18 @@ func (ln *lane) roundTrip(batch []*call) bool {
 			}
 		}
 	}
+}
+
+// maxTimeout returns the longest timeout of batch, or 0 if a call has none.
+func maxTimeout(batch []*call) time.Duration {
+	var longest time.Duration
+	for _, c := range batch {
+		if c.timeout <= 0 {
+			return 0
+		}
+		longest = max(longest, c.timeout)
+	}
+	return longest
 }
 
 // retryDelays are the pauses before sending a command again after
