@@ -2,7 +2,6 @@ package slidelimit
 
 import (
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,9 +45,8 @@ type dispatcher struct {
 	// Limits; the defaults above, smaller in tests.
 	maxBatch, maxInFlight, maxQueue int
 
-	mu     sync.Mutex
-	lanes  map[string]*lane       // by node address; "" for a client that is not a cluster
-	hooked map[*redis.Client]bool // node clients that carry dialWatch
+	mu    sync.Mutex
+	lanes map[string]*lane // by node address; "" for a client that is not a cluster
 }
 
 // dispatcherFor returns client's dispatcher, or nil if client cannot
@@ -62,67 +60,13 @@ func dispatcherFor(client redis.Scripter) *dispatcher {
 		return d.(*dispatcher)
 	}
 	d := &dispatcher{client: client, pipe: p.Pipeline, maxBatch: maxBatch, maxInFlight: maxInFlight,
-		maxQueue: maxQueue, lanes: make(map[string]*lane), hooked: make(map[*redis.Client]bool)}
+		maxQueue: maxQueue, lanes: make(map[string]*lane)}
 	if c, ok := client.(*redis.ClusterClient); ok {
 		d.cluster = c
 		d.reload = &reloader{cluster: c}
 	}
-	actual, loaded := dispatchers.LoadOrStore(client, d)
-	if !loaded {
-		d.watchDials()
-	}
+	actual, _ := dispatchers.LoadOrStore(client, d)
 	return actual.(*dispatcher)
-}
-
-// watchDials adds dialWatch to the client, or to each node of a
-// ClusterClient or Ring, so that a round trip knows when it had to open a
-// connection. The hook does nothing for commands the limiter did not send.
-func (d *dispatcher) watchDials() {
-	switch c := d.client.(type) {
-	case *redis.Client:
-		d.hook(c)
-	case *redis.ClusterClient:
-		c.OnNewNode(d.hook) // the nodes known now are hooked as lanes meet them
-	case *redis.Ring:
-		c.OnNewNode(d.hook)
-		_ = c.ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error {
-			d.hook(n)
-			return nil
-		})
-	}
-}
-
-// hook adds dialWatch to c once.
-func (d *dispatcher) hook(c *redis.Client) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.hooked[c] {
-		d.hooked[c] = true
-		c.AddHook(dialWatch{})
-	}
-}
-
-// dialedKey is the context key of a round trip's *atomic.Bool that
-// dialWatch sets when the round trip opens a connection.
-type dialedKey struct{}
-
-// dialWatch is a go-redis hook that tells a round trip it opened a
-// connection.
-type dialWatch struct{}
-
-func (dialWatch) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if dialed, ok := ctx.Value(dialedKey{}).(*atomic.Bool); ok {
-			dialed.Store(true)
-		}
-		return next(ctx, network, addr)
-	}
-}
-
-func (dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // node returns the address of the Cluster node that serves key, or "" for
@@ -135,8 +79,13 @@ func (d *dispatcher) node(ctx context.Context, key string) string {
 	if err != nil {
 		return ""
 	}
-	d.hook(c)
-	return c.Options().Addr
+	addr := c.Options().Addr
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lanes[addr] == nil {
+		d.lanes[addr] = &lane{d: d, pool: c}
+	}
+	return addr
 }
 
 func (d *dispatcher) lane(node string) *lane {
@@ -145,9 +94,23 @@ func (d *dispatcher) lane(node string) *lane {
 	ln := d.lanes[node]
 	if ln == nil {
 		ln = &lane{d: d}
+		if p, ok := d.client.(pooled); ok && d.cluster == nil {
+			ln.pool = p
+		}
 		d.lanes[node] = ln
 	}
 	return ln
+}
+
+// pooled is a client whose connection pool the limiter can watch.
+type pooled interface{ PoolStats() *redis.PoolStats }
+
+// dials returns how many connections p has opened, or 0 for nil.
+func dials(p pooled) uint32 {
+	if p == nil {
+		return 0
+	}
+	return p.PoolStats().Misses
 }
 
 // Call states.
@@ -197,6 +160,9 @@ func (c *call) finish(from int32, o outcome) bool {
 // dispatcher, bounding Redis's answer by timeout once sent, and the whole
 // call by ctx.
 func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []any, timeout time.Duration) outcome {
+	if err := ctx.Err(); err != nil {
+		return outcome{err: err}
+	}
 	c := &call{keys: keys, args: args, timeout: timeout, out: make(chan outcome, 1)}
 	if !d.lane(node).enqueue(c) {
 		return outcome{err: errQueueFull}
@@ -214,6 +180,7 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 // lane is the queue and round trips of one node.
 type lane struct {
 	d        *dispatcher
+	pool     pooled       // the node's client, to see it open connections; may be nil
 	answered atomic.Int64 // UnixNano of Redis's last answer to a round trip
 	mu       sync.Mutex
 	queue    []*call
@@ -303,8 +270,9 @@ func (ln *lane) run(batch []*call) {
 //
 // Opening a connection is not Redis's answer either: a round trip that
 // dials (and then says HELLO) on a busy host may take far longer than the
-// timeout before its command is even sent. It gets up to connectAllowance
-// more; a dial that is refused fails at once, and one that hangs (a
+// timeout before its command is even sent. While the node's pool opened a
+// connection since the round trip was sent (go-redis's PoolStats.Misses), a
+// call gets up to connectAllowance more; a dial that is refused fails at once, and one that hangs (a
 // blackholed network) costs at most that much more than the timeout.
 const (
 	promptly         = 2 * time.Millisecond
@@ -322,11 +290,17 @@ func (ln *lane) roundTrip(batch []*call) bool {
 	for _, c := range batch {
 		c.arm()
 	}
-	// No deadline for go-redis: the timeouts below measure Redis alone,
-	// and a dial or a pool wait must not end early because of them. The
-	// context ends when the round trip is given up.
-	dialed := new(atomic.Bool)
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), dialedKey{}, dialed))
+	// The timeouts below measure Redis alone: a dial or a pool wait must
+	// not end early because of them. The context ends when the round trip
+	// is given up.
+	opened := dials(ln.pool)
+	// go-redis gets no deadline of ours, only a backstop past every
+	// allowance, so that with ContextTimeoutEnabled an abandoned round trip
+	// ends soon after; without it, within the client's ReadTimeout.
+	ctx, cancel := context.WithCancel(context.Background())
+	if longest := maxTimeout(batch); longest > 0 {
+		ctx, cancel = context.WithTimeout(context.Background(), longest+busyAllowance+connectAllowance+busyStep)
+	}
 	defer cancel()
 	result := make(chan bool, 1)
 	var byExec atomic.Int32 // calls exec delivered
@@ -384,7 +358,7 @@ func (ln *lane) roundTrip(batch []*call) bool {
 					// Redis answers other round trips, and this one waits
 					// behind them in Redis: it is busy, not failing.
 					c.deadline.CompareAndSwap(d, ln.answered.Load()+int64(c.timeout))
-				case dialed.Load() && connect[i] < connectAllowance:
+				case dials(ln.pool) != opened && connect[i] < connectAllowance:
 					connect[i] += c.timeout
 					c.deadline.CompareAndSwap(d, now.Add(c.timeout).UnixNano())
 				case late > promptly && added[i] < busyAllowance:
@@ -405,6 +379,18 @@ func (ln *lane) roundTrip(batch []*call) bool {
 			}
 		}
 	}
+}
+
+// maxTimeout returns the longest timeout of batch, or 0 if a call has none.
+func maxTimeout(batch []*call) time.Duration {
+	var longest time.Duration
+	for _, c := range batch {
+		if c.timeout <= 0 {
+			return 0
+		}
+		longest = max(longest, c.timeout)
+	}
+	return longest
 }
 
 // retryDelays are the pauses before sending a command again after

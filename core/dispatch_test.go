@@ -306,3 +306,24 @@ func TestCallerCancellationLeavesBatchAlone(t *testing.T) {
 		}
 	})
 }
+
+// scripterOnly hides every method of a client but redis.Scripter's, as a
+// wrapper of the user's own might: such a client cannot pipeline.
+type scripterOnly struct{ redis.Scripter }
+
+// TestClientWithoutPipelining runs a limiter on a client that cannot
+// pipeline: each call is a round trip of its own, as exact as batched ones.
+func TestClientWithoutPipelining(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		hook := &roundTrips{}
+		rdb.AddHook(hook)
+		lim, _ := newLimiter(t, scripterOnly{rdb}, slidelimit.Per(5, 10*time.Second))
+		admitted, fallbacks, errs := burst(t, lim, "plain", 50)
+		if admitted != 5 || fallbacks != 0 || len(errs) != 0 {
+			t.Fatalf("50 concurrent calls on a client that cannot pipeline = %d admitted, %d fallbacks, errors %v; want 5, 0, none", admitted, fallbacks, errs)
+		}
+		if p := hook.pipelines.Load(); p != 0 {
+			t.Errorf("%d pipelines on a client that cannot pipeline, want 0", p)
+		}
+	})
+}
