@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime/metrics"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,25 @@ type busyMeter struct {
 
 func newBusyMeter() *busyMeter {
 	return &busyMeter{slow: slowSchedules(), stall: cpuStall(), at: time.Now()}
+}
+
+// recentBusy is a reading at most busyFresh old, shared by every round trip
+// so that starting one costs no reading (tens of µs) most of the time.
+var recentBusy atomic.Pointer[busyMeter]
+
+// busyFresh is how old recentBusy may be.
+const busyFresh = 50 * time.Millisecond
+
+// sinceRecently returns a meter that measures from a reading taken at most
+// busyFresh ago: its window covers the time since now, and a little before.
+func sinceRecently() *busyMeter {
+	m := recentBusy.Load()
+	if m == nil || time.Since(m.at) > busyFresh {
+		m = newBusyMeter()
+		recentBusy.Store(m)
+	}
+	c := *m
+	return &c
 }
 
 // busy reports whether the process or host was busy since the last call.

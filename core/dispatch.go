@@ -259,9 +259,10 @@ func (ln *lane) run(batch []*call) {
 //   - a timer that fires late by more than promptly shows that this process
 //     did not run for that long, so the reply may be in the socket unread:
 //     the call gets that long again;
-//   - a call whose time is up gets a grace of promptly, so that a reply
-//     already read has the time to be delivered; if the process or the host
-//     was busy meanwhile (see busyMeter), it gets busyStep more, and so on.
+//   - a call whose time is up gets busyStep more if the process or the host
+//     was busy since the round trip was sent (see busyMeter), and so on;
+//     then a grace of promptly, so that a reply already read has the time
+//     to be delivered.
 //
 // busyAllowance bounds what a busy process or host adds, so a dead Redis on
 // a saturated host costs at most timeout + busyAllowance before the policy
@@ -306,7 +307,7 @@ func (ln *lane) roundTrip(batch []*call) bool {
 	var byExec atomic.Int32 // calls exec delivered
 	go func() { result <- ln.exec(ctx, batch, rt, &byExec) }()
 
-	var busy *busyMeter // made at the first grace: reading it costs tens of µs
+	busy := sinceRecently()
 	graced := make([]bool, len(batch))
 	added := make([]time.Duration, len(batch))   // allowance used for a busy process
 	connect := make([]time.Duration, len(batch)) // allowance used for opening a connection
@@ -345,7 +346,7 @@ func (ln *lane) roundTrip(batch []*call) bool {
 		case <-expired:
 			now := time.Now()
 			late := now.Sub(time.Unix(0, next))
-			if busy != nil && busy.busy() {
+			if busy.busy() {
 				late = max(late, busyStep)
 			}
 			for i, c := range batch {
@@ -366,9 +367,6 @@ func (ln *lane) roundTrip(batch []*call) bool {
 					c.deadline.CompareAndSwap(d, now.Add(late).UnixNano())
 				case !graced[i]:
 					graced[i] = true
-					if busy == nil {
-						busy = newBusyMeter()
-					}
 					c.deadline.CompareAndSwap(d, now.Add(promptly).UnixNano())
 				case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: rt}):
 					failed = true
@@ -400,9 +398,10 @@ var retryDelays = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 
 // exec sends batch by EVALSHA in one pipeline; resends by EVAL, which
 // also loads the script, the commands the node answered NOSCRIPT; retries
 // CLUSTERDOWN and TRYAGAIN briefly; and delivers each outcome. It reports
-// whether Redis failed.
+// whether Redis failed the round trip: some calls failed and none was
+// answered (on Cluster a batch can span a failed and a healthy node).
 func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *atomic.Int32) bool {
-	failed := false
+	failed, answered := false, false
 	pending := batch
 	for attempt := 0; len(pending) > 0; attempt++ {
 		pipe := ln.d.pipe()
@@ -446,8 +445,11 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 			}
 			reply, err := c.cmd.Int64Slice()
 			h := classify(err)
-			if h == healthFailed {
+			switch h {
+			case healthFailed:
 				failed = true
+			case healthOK:
+				answered = true
 			}
 			reload = reload || shouldReload(err)
 			if c.finish(sent, outcome{reply: reply, err: err, h: h, rt: rt}) {
@@ -469,7 +471,7 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 		}
 		pending = again
 	}
-	return failed
+	return failed && !answered // a batch that Redis partly answered drains nothing
 }
 
 // beforeDeadline reports whether c can wait d and still be sent within its
