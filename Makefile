@@ -9,11 +9,13 @@ GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lin
 .PHONY: test release-check demo bench lint vet fmt tidy
 
 ## test: vet and test every module with -race against real Redis (standalone and Cluster),
+## then core, integration and examples once more against the newest go-redis v9,
 ## then the release check.
 test:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	scripts/each-module.sh $(GO) vet ./...
 	scripts/with-redis.sh scripts/each-module.sh $(GO) test -race -count=1 ./...
+	GO=$(GO) scripts/with-redis.sh scripts/test-newest-goredis.sh
 	$(MAKE) --no-print-directory release-check
 
 ## release-check: publish every library module of the working tree at the CHANGELOG's

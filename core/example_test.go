@@ -2,6 +2,7 @@ package slidelimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -158,4 +159,26 @@ func ExampleHeaderIdentity() {
 	// header:x-api-key:sha256:NgWp5DWNpDAvis6kHw9Szg
 	// header:x-api-key:sha256:NgWp5DWNpDAvis6kHw9Szg
 	// header:x-api-key:clear:k-123
+}
+
+// While Redis fails, FailLocal decides in each process on its share of the
+// quota: with three replicas of a service, each admits at most 3 of "10 per
+// minute" per identity, so the fleet admits at most 9.
+func ExampleFailLocal() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}) // no Redis here
+	defer rdb.Close()
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(10),
+		slidelimit.WithFailurePolicy(slidelimit.FailLocal), slidelimit.WithReplicas(3))
+	if err != nil {
+		panic(err)
+	}
+	for range 4 {
+		res, err := lim.Allow(context.Background(), "user:42")
+		fmt.Println(res.Allowed, res.Fallback, errors.Is(err, slidelimit.ErrUnavailable))
+	}
+	// Output:
+	// true true true
+	// true true true
+	// true true true
+	// false true true
 }

@@ -3,16 +3,34 @@ module github.com/slidelimit/slidelimit/integration
 go 1.24
 
 require (
+	github.com/Shopify/toxiproxy/v2 v2.7.0
 	github.com/gin-gonic/gin v1.9.1
 	github.com/gofiber/fiber/v2 v2.52.9
 	github.com/labstack/echo/v4 v4.13.2
 	github.com/redis/go-redis/v9 v9.5.5
+	github.com/rs/zerolog v1.31.0
 	github.com/slidelimit/slidelimit/core v0.1.0
 	github.com/slidelimit/slidelimit/echo v0.1.0
 	github.com/slidelimit/slidelimit/fiber v0.1.0
 	github.com/slidelimit/slidelimit/gin v0.1.0
 	github.com/slidelimit/slidelimit/grpcinterceptor v0.1.0
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.64.1
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/gorilla/mux v1.8.0 // indirect
+	github.com/kr/text v0.2.0 // indirect
+	github.com/matttproud/golang_protobuf_extensions v1.0.4 // indirect
+	github.com/prometheus/client_golang v1.17.0 // indirect
+	github.com/prometheus/client_model v0.4.1-0.20230718164431-9a2bf3000d16 // indirect
+	github.com/prometheus/common v0.44.0 // indirect
+	github.com/prometheus/procfs v0.11.1 // indirect
+	github.com/rs/xid v1.5.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237 // indirect
+	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
 require (
@@ -51,8 +69,7 @@ require (
 	golang.org/x/net v0.32.0 // indirect
 	golang.org/x/sys v0.28.0 // indirect
 	golang.org/x/text v0.21.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237 // indirect
-	google.golang.org/protobuf v1.33.0 // indirect
+	google.golang.org/protobuf v1.33.0
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
@@ -62,5 +79,6 @@ replace (
 	github.com/slidelimit/slidelimit/echo => ../echo
 	github.com/slidelimit/slidelimit/fiber => ../fiber
 	github.com/slidelimit/slidelimit/gin => ../gin
-	github.com/slidelimit/slidelimit/grpcinterceptor => ../grpcinterceptor
 )
+
+replace github.com/slidelimit/slidelimit/grpcinterceptor => ../grpcinterceptor

@@ -93,7 +93,8 @@ func TestNoScriptRecovery(t *testing.T) {
 }
 
 // noscriptCounter is a go-redis hook that counts EVALSHA calls answered
-// NOSCRIPT.
+// NOSCRIPT, whether sent alone or in a pipeline (the limiter batches
+// concurrent calls into pipelines).
 type noscriptCounter struct{ n atomic.Int64 }
 
 func (h *noscriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -101,13 +102,23 @@ func (h *noscriptCounter) DialHook(next redis.DialHook) redis.DialHook { return 
 func (h *noscriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if cmd.Name() == "evalsha" && err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			h.n.Add(1)
-		}
+		h.count(cmd)
 		return err
 	}
 }
 
 func (h *noscriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return err
+	}
+}
+
+func (h *noscriptCounter) count(cmd redis.Cmder) {
+	if err := cmd.Err(); cmd.Name() == "evalsha" && err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		h.n.Add(1)
+	}
 }
