@@ -34,6 +34,15 @@
 // every limit of one identity sits on one Redis Cluster shard; see Key for
 // how identities of any bytes are made safe.
 //
+// # Deny cache
+//
+// A Limiter remembers recent denials (WithDenyCache): until a denial's
+// RetryAfter has passed, the same identity's calls with at least the denied
+// cost are denied without a Redis round trip, marked Result.Cached. Denied
+// requests record nothing, so this never denies what Redis would admit,
+// except after a Refund or Reset made by another process, which this
+// limiter cannot see: it may then deny for up to the remaining RetryAfter.
+//
 // # Failures
 //
 // When Redis is down, slow past the timeout (WithTimeout) or answers with an

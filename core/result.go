@@ -31,6 +31,12 @@ type Result struct {
 	// also returned an error wrapping ErrUnavailable. A fallback Result
 	// claims no quota: header writers send only Retry-After on its denial.
 	Fallback bool
+	// Cached reports that the denial came from the limiter's deny cache
+	// (WithDenyCache) without asking Redis: the identity was denied a request
+	// of at most this cost before, and its RetryAfter has not passed yet.
+	// The Result is that denial's, with RetryAfter and ResetAfter counted
+	// down on the local clock.
+	Cached bool
 
 	// admitted records what Refund needs to remove this request again.
 	admitted *admission
@@ -51,7 +57,8 @@ type Status struct {
 
 // admission identifies the members one admitted request recorded.
 type admission struct {
-	keys []string // one per limit
-	id   string
-	cost int
+	keys     []string // one per limit
+	identity string   // whose deny cache entry Refund clears
+	id       string
+	cost     int
 }
