@@ -19,4 +19,8 @@ var (
 	// limiter does not understand. A call that returns it also returns the
 	// Result chosen by the FailurePolicy, with Result.Fallback set.
 	ErrUnavailable = errors.New("slidelimit: redis unavailable")
+	// ErrCircuitOpen means the limiter did not ask Redis because its circuit
+	// breaker is open after repeated failures (see WithBreaker). Errors that
+	// wrap it also wrap ErrUnavailable.
+	ErrCircuitOpen = errors.New("slidelimit: circuit open")
 )

@@ -21,7 +21,10 @@ type Limiter struct {
 	suffixes []string // per limit: "}:" + Limit.String()
 	quotaArg []any    // per limit: quota, window in µs, as the script reads them
 	minQuota int
-	deny     *denyCache // nil when WithDenyCache(0)
+	deny     *denyCache   // nil when WithDenyCache(0)
+	disp     *dispatcher  // nil for a client that cannot pipeline
+	brk      *breaker     // nil when disabled
+	local    *localLimits // FailLocal's log; nil under other policies
 }
 
 // New returns a Limiter that enforces limit, and any limits added by
@@ -43,6 +46,11 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 		timeout: DefaultTimeout,
 		policy:  FailOpen,
 		deny:    DefaultDenyCacheSize,
+
+		replicas:      1,
+		localCapacity: DefaultLocalCapacity,
+		failures:      DefaultBreakerFailures,
+		cooldown:      DefaultBreakerCooldown,
 	}
 	for _, opt := range opts {
 		if err := opt(&cfg); err != nil {
@@ -63,6 +71,10 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 		l.suffixes = append(l.suffixes, "}:"+name)
 		l.quotaArg = append(l.quotaArg, lim.Quota, lim.Window.Microseconds())
 		l.minQuota = min(l.minQuota, lim.Quota)
+	}
+	l.disp, l.brk = dispatcherFor(client), newBreaker(cfg.failures, cfg.cooldown)
+	if cfg.policy == FailLocal {
+		l.local = newLocalLimits(cfg.limits, cfg.replicas, cfg.localCapacity)
 	}
 	return l, nil
 }
@@ -129,19 +141,14 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 	args = append(args, n, id, l.now())
 	args = append(args, l.quotaArg...)
 
-	var reply []int64
-	err = l.run(ctx, func(ctx context.Context) error {
-		var err error
-		reply, err = allowScript.Run(ctx, l.client, keys, args...).Int64Slice()
-		return err
-	})
+	reply, err := l.eval(ctx, keys, args)
 	if err != nil {
-		res, err := l.fallback(fmt.Errorf("allow script: %w", err))
+		res, err := l.fallback(identity, n, id, fmt.Errorf("allow script: %w", err))
 		return l.observe(ctx, identity, n, start, res, err)
 	}
 	res, err := l.result(reply)
 	if err != nil {
-		res, err = l.fallback(err)
+		res, err = l.fallback(identity, n, id, err)
 	} else if res.Allowed && id != "" {
 		res.admitted = &admission{keys: keys, identity: identity, id: id, cost: n}
 	} else if !res.Allowed && l.deny != nil {
@@ -305,10 +312,13 @@ func honoursDeadlines(client redis.Scripter) bool {
 	return false
 }
 
-// fallback returns the FailurePolicy's Result for a Redis failure.
-func (l *Limiter) fallback(cause error) (Result, error) {
+// fallback returns the FailurePolicy's Result for a Redis failure of the
+// request of cost n by identity with id ("" to peek).
+func (l *Limiter) fallback(identity string, n int, id string, cause error) (Result, error) {
 	res := Result{Allowed: l.cfg.policy == FailOpen, Limit: l.cfg.limits[0], Fallback: true}
-	if !res.Allowed {
+	if l.local != nil {
+		res = l.local.decide(identity, n, id == "", time.Now())
+	} else if !res.Allowed {
 		res.RetryAfter = time.Second
 	}
 	return res, fmt.Errorf("%w (%v): %w", ErrUnavailable, l.cfg.policy, cause)

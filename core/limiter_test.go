@@ -84,6 +84,10 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"negative timeout", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithTimeout(-1)}, slidelimit.ErrInvalidOption},
 		{"unknown policy", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithFailurePolicy(7)}, slidelimit.ErrInvalidOption},
 		{"nil clock", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithClock(nil)}, slidelimit.ErrInvalidOption},
+		{"negative breaker", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithBreaker(-1, time.Second)}, slidelimit.ErrInvalidOption},
+		{"breaker without cooldown", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithBreaker(3, 0)}, slidelimit.ErrInvalidOption},
+		{"zero replicas", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithReplicas(0)}, slidelimit.ErrInvalidOption},
+		{"zero local capacity", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithLocalCapacity(0)}, slidelimit.ErrInvalidOption},
 		{"nil observer", rdb, slidelimit.PerMinute(1), []slidelimit.Option{slidelimit.WithObserver(nil)}, slidelimit.ErrInvalidOption},
 	}
 	for _, tt := range tests {

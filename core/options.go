@@ -20,15 +20,26 @@ const (
 	FailOpen FailurePolicy = iota
 	// FailClosed denies the request, with a RetryAfter of one second.
 	FailClosed
+	// FailLocal decides the request in this process, with a sliding-window
+	// log per identity that holds floor(quota/n) of each limit, n being
+	// WithReplicas's count of processes sharing the limit. It keeps a
+	// misbehaving client limited while Redis is down, at the cost of
+	// exactness: the processes no longer see each other's requests, requests
+	// admitted just before the failure are not counted, and an uneven spread
+	// of one client's requests over the processes admits less than the
+	// quota. Its memory is bounded by WithLocalCapacity.
+	FailLocal
 )
 
-// String returns "fail-open" or "fail-closed".
+// String returns "fail-open", "fail-closed" or "fail-local".
 func (p FailurePolicy) String() string {
 	switch p {
 	case FailOpen:
 		return "fail-open"
 	case FailClosed:
 		return "fail-closed"
+	case FailLocal:
+		return "fail-local"
 	}
 	return fmt.Sprintf("FailurePolicy(%d)", int(p))
 }
@@ -56,13 +67,17 @@ type Observer func(ctx context.Context, o Observation)
 type Option func(*config) error
 
 type config struct {
-	limits  []Limit
-	prefix  string
-	timeout time.Duration
-	policy  FailurePolicy
-	clock   func() time.Time
-	observe Observer
-	deny    int // deny cache size
+	limits        []Limit
+	prefix        string
+	timeout       time.Duration
+	policy        FailurePolicy
+	clock         func() time.Time
+	observe       Observer
+	replicas      int
+	localCapacity int
+	failures      int
+	cooldown      time.Duration
+	deny          int // deny cache size
 }
 
 // WithLimits adds limits enforced together with the one given to New. A
@@ -88,9 +103,18 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithTimeout bounds each call's Redis round trip, so that a slow or dead
-// Redis costs a request at most d before the FailurePolicy decides. The
-// default is DefaultTimeout; zero means no bound beyond the caller's context.
+// WithTimeout bounds how long Redis may take to answer a call's command once
+// it is sent, so that a slow or dead Redis costs a request at most d before
+// the FailurePolicy decides. The default is DefaultTimeout; zero means no
+// bound beyond the caller's context.
+//
+// The bound measures Redis, not this process: it starts when the round trip
+// carrying the call leaves, so time spent waiting behind other round trips
+// of the same client (see "Batching" in the package documentation) is not
+// counted, and a busy process never decides by the policy just because it
+// is busy. The caller's own context still bounds the whole call. When a
+// round trip fails, the calls still waiting for that Redis node are decided
+// by the policy at once rather than each paying the timeout again.
 //
 // The bound holds whatever the client's settings. With go-redis's
 // ContextTimeoutEnabled the client itself gives up at the deadline;
@@ -113,7 +137,7 @@ func WithTimeout(d time.Duration) Option {
 // them. The default is FailOpen.
 func WithFailurePolicy(p FailurePolicy) Option {
 	return func(c *config) error {
-		if p != FailOpen && p != FailClosed {
+		if p != FailOpen && p != FailClosed && p != FailLocal {
 			return fmt.Errorf("%w: unknown failure policy %d", ErrInvalidOption, int(p))
 		}
 		c.policy = p
@@ -170,6 +194,73 @@ func WithDenyCache(size int) Option {
 			return fmt.Errorf("%w: negative deny cache size %d", ErrInvalidOption, size)
 		}
 		c.deny = size
+		return nil
+	}
+}
+
+// Defaults of WithBreaker, WithReplicas and WithLocalCapacity.
+const (
+	// DefaultBreakerFailures is how many consecutive failed round trips to
+	// one Redis node open the circuit. Five tolerates a blip (one slow
+	// reply, one reset connection) while a dead node, which fails every
+	// round trip, trips it within about five timeouts.
+	DefaultBreakerFailures = 5
+	// DefaultBreakerCooldown is how long an open circuit decides by the
+	// policy before it lets one probe through. 250 ms keeps a dead Redis
+	// down to about four probes a second, and brings decisions back from
+	// Redis within cooldown plus one round trip (well under a second) after
+	// it recovers.
+	DefaultBreakerCooldown = 250 * time.Millisecond
+	// DefaultLocalCapacity is how many identities FailLocal remembers.
+	DefaultLocalCapacity = 10000
+)
+
+// WithBreaker sets the circuit breaker: after failures consecutive round
+// trips to one Redis node fail (no answer within the timeout, a refused or
+// reset connection, CLUSTERDOWN, LOADING, TRYAGAIN, MASTERDOWN, READONLY),
+// the limiter stops asking that node for cooldown and decides its calls at
+// once by the FailurePolicy, with an error wrapping ErrCircuitOpen and
+// ErrUnavailable. Then it lets one call through as a probe: an answer
+// closes the circuit, a failure opens it for another cooldown. Round trips
+// count, not calls, so a batch of many calls that fails counts once; and
+// each Cluster node has a circuit of its own, so a failed shard never
+// diverts the calls of healthy ones. failures 0 disables the breaker. The
+// defaults are DefaultBreakerFailures and DefaultBreakerCooldown.
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return func(c *config) error {
+		if failures < 0 || failures > 0 && cooldown <= 0 {
+			return fmt.Errorf("%w: breaker of %d failures and cooldown %v", ErrInvalidOption, failures, cooldown)
+		}
+		c.failures, c.cooldown = failures, cooldown
+		return nil
+	}
+}
+
+// WithReplicas states how many processes share the limits, so that
+// FailLocal gives each floor(quota/n) of each limit and the fleet as a whole
+// admits at most the quota while Redis is down. A limit whose quota is below
+// n admits nothing under FailLocal. The default is 1. It has no effect under
+// other policies.
+func WithReplicas(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: %d replicas", ErrInvalidOption, n)
+		}
+		c.replicas = n
+		return nil
+	}
+}
+
+// WithLocalCapacity bounds how many identities FailLocal remembers; the
+// least recently seen is forgotten first, so memory stays bounded however
+// many identities call while Redis is down. The default is
+// DefaultLocalCapacity.
+func WithLocalCapacity(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: local capacity %d", ErrInvalidOption, n)
+		}
+		c.localCapacity = n
 		return nil
 	}
 }

@@ -1,0 +1,98 @@
+package slidelimit
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// breaker is a Limiter's circuit breaker, with one circuit per Redis node
+// (one in all unless the client is a ClusterClient), so that a failed shard
+// never diverts the calls of healthy ones. It counts failed round trips,
+// not calls: the calls of one batch share a round trip id, and a batch of a
+// hundred calls that times out is one failure. It is safe for concurrent
+// use; a nil *breaker is disabled.
+type breaker struct {
+	failures int
+	cooldown time.Duration
+
+	mu       sync.Mutex
+	circuits map[string]*circuit
+}
+
+// circuit is the state of one node's breaker.
+type circuit struct {
+	fails     int       // consecutive failed round trips
+	last      uint64    // id of the last round trip counted in fails
+	openUntil time.Time // zero while closed
+	probing   bool      // half-open: a probe is out
+}
+
+func newBreaker(failures int, cooldown time.Duration) *breaker {
+	if failures <= 0 {
+		return nil
+	}
+	return &breaker{failures: failures, cooldown: cooldown, circuits: make(map[string]*circuit)}
+}
+
+// admit reports whether a call to node may go to Redis, and whether it is
+// the probe of a half-open circuit. A refused call gets an error wrapping
+// ErrCircuitOpen.
+func (b *breaker) admit(node string) (probe bool, err error) {
+	if b == nil {
+		return false, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.circuits[node]
+	if c == nil || c.openUntil.IsZero() {
+		return false, nil
+	}
+	if time.Now().Before(c.openUntil) || c.probing {
+		return false, fmt.Errorf("%w after %d failed round trips", ErrCircuitOpen, c.fails)
+	}
+	c.probing = true
+	return true, nil
+}
+
+// record counts the outcome h of round trip rt to node; probe says whether
+// the call was the circuit's probe.
+func (b *breaker) record(node string, rt uint64, h health, probe bool) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.circuits[node]
+	if c == nil {
+		if h != healthFailed {
+			return // closed and healthy: nothing to keep
+		}
+		c = &circuit{}
+		b.circuits[node] = c
+	}
+	switch h {
+	case healthOK:
+		delete(b.circuits, node) // closed, no failures
+	case healthFailed:
+		if probe {
+			c.probing = false
+			c.openUntil = time.Now().Add(b.cooldown)
+			return
+		}
+		if rt != 0 {
+			if rt <= c.last {
+				return // this round trip, or a later one, already counted
+			}
+			c.last = rt
+		}
+		c.fails++
+		if c.fails >= b.failures && c.openUntil.IsZero() {
+			c.openUntil = time.Now().Add(b.cooldown)
+		}
+	default:
+		if probe {
+			c.probing = false // the probe told nothing: let the next call probe
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package slidelimit
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// silentListener accepts connections and never answers.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); <-done })
+	return ln.Addr().String()
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 5s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestQueueFull fills a dispatcher shrunk to one round trip of one call and
+// a queue of two: the next call is decided by the policy at once, with an
+// error wrapping ErrUnavailable, and says nothing to the breaker.
+func TestQueueFull(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	d := dispatcherFor(rdb)
+	d.maxInFlight, d.maxBatch, d.maxQueue = 1, 1, 2
+	lim, err := New(rdb, PerMinute(5), WithTimeout(time.Minute), WithFailurePolicy(FailClosed), WithBreaker(1, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	left := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := lim.Allow(ctx, "q")
+			left <- err
+		}()
+	}
+	ln := d.lane("")
+	waitFor(t, "one call in flight and two queued", func() bool {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.inFlight == 1 && len(ln.queue) == 2
+	})
+	start := time.Now()
+	res, err := lim.Allow(t.Context(), "q")
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, errQueueFull) || res.Allowed || !res.Fallback {
+		t.Fatalf("Allow with the queue full = %+v, %v, want a fail-closed fallback wrapping ErrUnavailable", res, err)
+	}
+	t.Logf("a call meeting a full queue was decided in %v", time.Since(start))
+	if _, err := lim.brk.admit(""); err != nil {
+		t.Errorf("after a full queue the breaker = %v, want closed: a full queue is not a Redis failure", err)
+	}
+	cancel()
+	for range 3 {
+		if err := <-left; !errors.Is(err, context.Canceled) {
+			t.Errorf("a cancelled caller got %v, want context.Canceled", err)
+		}
+	}
+	waitFor(t, "the queue to empty", func() bool {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.inFlight == 0
+	})
+}
+
+// TestBreakerIsPerNode fails one node: only its circuit opens.
+func TestBreakerIsPerNode(t *testing.T) {
+	b := newBreaker(2, time.Minute)
+	b.record("a", 1, healthFailed, false)
+	b.record("a", 1, healthFailed, false) // the same round trip counts once
+	if _, err := b.admit("a"); err != nil {
+		t.Fatalf("after one failed round trip admit(a) = %v, want closed", err)
+	}
+	b.record("a", 2, healthFailed, false)
+	if _, err := b.admit("a"); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("after two failed round trips admit(a) = %v, want ErrCircuitOpen", err)
+	}
+	if probe, err := b.admit("b"); err != nil || probe {
+		t.Fatalf("admit(b) = %v, %v, want closed: b never failed", probe, err)
+	}
+	b.record("b", 3, healthOK, false)
+	if _, err := b.admit("a"); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("after b answered admit(a) = %v, want still open", err)
+	}
+	if newBreaker(0, time.Second) != nil {
+		t.Error("newBreaker(0, …) is enabled, want nil")
+	}
+}
+
+// TestLocalLimitsForgetsLeastRecent bounds FailLocal's memory.
+func TestLocalLimitsForgetsLeastRecent(t *testing.T) {
+	l := newLocalLimits([]Limit{Per(2, time.Minute)}, 1, 2)
+	now := time.Now()
+	for _, id := range []string{"a", "a", "b", "c"} {
+		l.decide(id, 1, false, now)
+	}
+	if n := l.len(); n != 2 {
+		t.Fatalf("remembered %d identities, want the capacity 2", n)
+	}
+	if res := l.decide("a", 1, false, now); !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("decide(a) after it was forgotten = %+v, want a fresh window", res)
+	}
+	if res := l.decide("c", 1, false, now); !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("decide(c) = %+v, want allowed with 0 left", res)
+	}
+	res := l.decide("c", 1, false, now.Add(10*time.Second))
+	if res.Allowed || res.RetryAfter != 50*time.Second || !res.Fallback {
+		t.Fatalf("decide(c) over the quota = %+v, want a fallback denial for 50s", res)
+	}
+	if res := l.decide("c", 1, false, now.Add(time.Minute+time.Millisecond)); !res.Allowed {
+		t.Fatalf("decide(c) a window later = %+v, want allowed", res)
+	}
+	// A share of zero admits nothing.
+	zero := newLocalLimits([]Limit{Per(2, time.Minute)}, 3, 10)
+	if res := zero.decide("z", 1, false, now); res.Allowed || res.RetryAfter <= 0 {
+		t.Fatalf("decide with a share of 0 = %+v, want denied", res)
+	}
+}

@@ -1,0 +1,125 @@
+package slidelimit
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// health is what one round trip tells about a Redis node.
+type health int
+
+const (
+	// healthUnknown: the round trip says nothing about Redis (the caller
+	// left, the queue was full, the process could not get a connection).
+	healthUnknown health = iota
+	// healthOK: Redis answered, even if with a script error.
+	healthOK
+	// healthFailed: Redis did not answer in time, refused or dropped the
+	// connection, or answered that it cannot serve (CLUSTERDOWN, LOADING…).
+	healthFailed
+)
+
+// errNoAnswer is the failure of a command Redis did not answer within the
+// limiter's timeout after it was sent.
+var errNoAnswer = errors.New("no answer from redis within the timeout")
+
+// errNodeFailed is the failure of a call that was still waiting to be sent
+// when a round trip to its Redis node failed.
+var errNodeFailed = errors.New("redis failed while the call waited to be sent")
+
+// errQueueFull is returned when a client's dispatcher holds as many waiting
+// calls as it may.
+var errQueueFull = errors.New("dispatch queue full")
+
+// unavailablePrefixes are the replies of a Redis that cannot serve now.
+var unavailablePrefixes = []string{"CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN", "READONLY"}
+
+// classify tells what err, the outcome of a command the limiter sent with a
+// deadline of its own, says about Redis.
+func classify(err error) health {
+	switch {
+	case err == nil:
+		return healthOK
+	case errors.Is(err, errQueueFull), errors.Is(err, redis.ErrClosed), err.Error() == "redis: connection pool timeout":
+		// Local: this process, not Redis. (go-redis's pool timeout is not
+		// exported; it only happens when the application's own commands
+		// hold every pooled connection.)
+		return healthUnknown
+	case errors.Is(err, errNoAnswer), errors.Is(err, context.DeadlineExceeded):
+		// The only deadline on a sent command is the limiter's own.
+		return healthFailed
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		if unavailableReply(err) {
+			return healthFailed
+		}
+		return healthOK // Redis answered, with an error of the script's or the command's
+	}
+	return healthFailed // a network error: refused, reset, EOF, i/o timeout
+}
+
+// unavailableReply reports whether err is a Redis reply saying it cannot
+// serve now.
+func unavailableReply(err error) bool {
+	for _, p := range unavailablePrefixes {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// retryableReply reports whether err is worth sending again in a moment,
+// within the call's bound: the cluster is reconfiguring.
+func retryableReply(err error) bool {
+	return redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN")
+}
+
+// redirect reports whether err is a MOVED or ASK reply that go-redis did
+// not follow to the end.
+func redirect(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
+}
+
+// reloadEvery is the least time between two slot-map reloads the limiter
+// asks of a ClusterClient.
+const reloadEvery = 250 * time.Millisecond
+
+// reloader makes a ClusterClient reload its slot map after failures, at
+// most every reloadEvery. go-redis v9.5 reloads on MOVED and READONLY but
+// not on a connection error, and otherwise only once the map is 10 s old,
+// so without it the slots of a failed primary keep failing for seconds
+// after its replica took over.
+type reloader struct {
+	cluster *redis.ClusterClient
+	last    atomic.Int64 // UnixNano of the last reload asked
+}
+
+// maybe asks for a reload unless one was asked within reloadEvery.
+func (r *reloader) maybe() {
+	if r == nil || r.cluster == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := r.last.Load()
+	if now-last < int64(reloadEvery) || !r.last.CompareAndSwap(last, now) {
+		return
+	}
+	r.cluster.ReloadState(context.Background()) // asynchronous in go-redis
+}
+
+// shouldReload reports whether err calls for a fresh slot map.
+func shouldReload(err error) bool {
+	return err != nil && (classify(err) == healthFailed || redirect(err))
+}
+
+// isNoScript reports whether err says Redis does not know the script.
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
