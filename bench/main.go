@@ -133,7 +133,7 @@ func run() error {
 		script:  envString("BENCH_SCRIPT", "../core/allow.lua"),
 		cell:    envDuration("BENCH_CELL", 1500*time.Millisecond),
 		reps:    envInt("BENCH_REPS", 3),
-		levels:  []int{1, 16, 64, 256},
+		levels:  envInts("BENCH_LEVELS", []int{1, 16, 64, 256}),
 		results: map[cellKey][]cell{},
 	}
 	defer b.rdb.Close()
@@ -159,7 +159,7 @@ func run() error {
 	}
 	start := time.Now()
 	for rep := range b.reps {
-		for _, path := range []string{"allowed", "denied"} {
+		for _, path := range envStrings("BENCH_PATHS", []string{"allowed", "denied"}) {
 			for _, c := range b.levels {
 				var order []func() error
 				for _, ct := range contenders {
@@ -186,6 +186,9 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "bench: repetition %d of %d done after %v\n", rep+1, b.reps, time.Since(start).Round(time.Second))
 	}
 	b.report()
+	if os.Getenv("BENCH_SKIP_MEMORY") != "" {
+		return nil
+	}
 	if err := b.memory(ctx); err != nil {
 		return err
 	}
@@ -580,6 +583,28 @@ func envInt(name string, def int) int {
 
 func envDuration(name string, def time.Duration) time.Duration {
 	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func envInts(name string, def []int) []int {
+	var v []int
+	for f := range strings.FieldsSeq(strings.ReplaceAll(os.Getenv(name), ",", " ")) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return def
+		}
+		v = append(v, n)
+	}
+	if len(v) == 0 {
+		return def
+	}
+	return v
+}
+
+func envStrings(name string, def []string) []string {
+	if v := strings.Fields(strings.ReplaceAll(os.Getenv(name), ",", " ")); len(v) > 0 {
 		return v
 	}
 	return def

@@ -16,8 +16,9 @@
 //   - TestMemoryPerRequest: bytes of Redis memory per in-window request.
 //   - TestAdaptersShareOneLimit: Gin, Echo, Fiber and net/http servers share
 //     one limit.
-//   - BenchmarkAllow: decisions per second at 1 to 256 goroutines; run by
-//     scripts/bench.sh (make bench) beside redis-benchmark.
+//   - BenchmarkAllow: decisions per second at 1 to 256 goroutines. make
+//     bench (the bench module, BENCHMARKS.md) measures the same beside the
+//     peer libraries and redis-benchmark.
 //
 // Run the tests from the repository root with make test, or for this module
 // alone:
