@@ -106,11 +106,10 @@ type cellKey struct {
 
 // cell is one timed run.
 type cell struct {
-	decisions   int64
-	rate        float64 // decisions per second
-	p50, p99    time.Duration
-	cpuPerCall  float64 // Redis CPU µs per decision (user + sys)
-	redisPerCmd float64 // not used by every contender
+	decisions  int64
+	rate       float64 // decisions per second
+	p50, p99   time.Duration
+	cpuPerCall float64 // Redis CPU µs per decision (user + sys)
 }
 
 func main() {
@@ -519,16 +518,12 @@ func (b *bench) report() {
 			fmt.Printf(" %8s", fmt.Sprintf("c=%d", c))
 		}
 		fmt.Println()
-		others := peers
+		others := append(slices.Clone(peers), "ceiling", "ceiling-P16")
 		if path == "denied" {
 			others = append([]string{"slidelimit-nocache"}, peers...)
-		} else {
-			others = append(slices.Clone(peers), "ceiling", "ceiling-P16")
 		}
 		for _, name := range others {
 			fmt.Printf("%-19s", "÷ "+name)
-			ours, _ := b.median(cellKey{path, 0, ""})
-			_ = ours
 			for _, c := range b.levels {
 				s, ok1 := b.median(cellKey{path, c, "slidelimit"})
 				o, ok2 := b.median(cellKey{path, c, name})

@@ -40,8 +40,12 @@ func (b *bench) memory(ctx context.Context) error {
 	for _, k := range memorySizes {
 		id := "m" + strconv.Itoa(k)
 		for range k {
-			if res, err := lim.Allow(ctx, id); err != nil || !res.Allowed {
-				return fmt.Errorf("memory: Allow = %+v, %v", res, err)
+			res, err := lim.Allow(ctx, id)
+			if err != nil {
+				return fmt.Errorf("memory: Allow: %w", err)
+			}
+			if !res.Allowed {
+				return fmt.Errorf("memory: Allow = %+v, want admitted", res)
 			}
 		}
 		key, _ := slidelimit.Key(prefix, id, limit)
@@ -84,8 +88,11 @@ func (b *bench) memory(ctx context.Context) error {
 		return err
 	}
 	keys, err := b.rdb.Keys(ctx, prefix+"ul*").Result()
-	if err != nil || len(keys) != 1 {
-		return fmt.Errorf("memory: ulule keys = %v, %v; want one", keys, err)
+	if err != nil {
+		return fmt.Errorf("memory: KEYS: %w", err)
+	}
+	if len(keys) != 1 {
+		return fmt.Errorf("memory: ulule keys = %v, want one", keys)
 	}
 	ul, err := b.usage(ctx, keys[0])
 	if err != nil {

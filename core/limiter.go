@@ -147,11 +147,12 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 		return l.observe(ctx, identity, n, start, res, err)
 	}
 	res, err := l.result(reply)
-	if err != nil {
+	switch {
+	case err != nil:
 		res, err = l.fallback(identity, n, id, err)
-	} else if res.Allowed && id != "" {
+	case res.Allowed && id != "":
 		res.admitted = &admission{keys: keys, identity: identity, id: id, cost: n}
-	} else if !res.Allowed && l.deny != nil {
+	case !res.Allowed && l.deny != nil:
 		l.deny.store(identity, n, asked, res)
 	}
 	return l.observe(ctx, identity, n, start, res, err)

@@ -34,6 +34,7 @@ echo "== allocations per decision (go test -benchmem; go-redis's included)"
 echo
 echo "== allocations per request of each HTTP adapter: bare route, then behind the limiter (admitted)"
 for m in core/httplimit gin echo fiber; do
+	echo "-- $m"
 	(cd "$m" && go test -run '^$' -bench '^BenchmarkMiddleware$' -benchmem -benchtime 5000x -count 1 .) | grep -E '^Benchmark'
 done
 echo "(allocs/op of 'limited' minus 'bare' is what the limiter adds to the framework's own, go-redis included)"
