@@ -63,9 +63,16 @@ func countingClient(t *testing.T) (*redis.Client, *scriptCounter) {
 
 // TestDenyCacheFlood denies an identity, then floods it with 10,000 calls
 // from 16 goroutines: none of them may reach Redis, and each must be the
-// denial with its RetryAfter counting down.
+// denial with its RetryAfter counting down. Standalone and Cluster.
 func TestDenyCacheFlood(t *testing.T) {
-	rdb, calls := countingClient(t)
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		calls := &scriptCounter{}
+		rdb.AddHook(calls)
+		denyCacheFlood(t, rdb, calls)
+	})
+}
+
+func denyCacheFlood(t *testing.T, rdb redis.UniversalClient, calls *scriptCounter) {
 	var cached atomic.Int64
 	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(3), slidelimit.WithLimits(slidelimit.PerHour(100)),
 		slidelimit.WithObserver(func(_ context.Context, o slidelimit.Observation) {
@@ -83,6 +90,9 @@ func TestDenyCacheFlood(t *testing.T) {
 		t.Fatalf("4th Allow(flood) = %+v, want denied by Redis with a RetryAfter", first)
 	}
 	before := calls.n.Load()
+	if before < 4 {
+		t.Fatalf("the hook counted %d scripts for 4 decisions: it cannot see the limiter's calls", before)
+	}
 
 	const flood, goroutines = 10_000, 16
 	var wg sync.WaitGroup
