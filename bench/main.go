@@ -21,6 +21,8 @@
 // interleaved in a rotating order; the tables print the median of the
 // repetitions. The machine is shared and noisy: compare columns of one run.
 //
+// BENCH_CPUPROFILE=file writes a CPU profile of the Go side.
+//
 // It then prints the Redis memory per in-window request and per identity
 // (MEMORY USAGE) and the zset-max-listpack-entries trade-off.
 package main
@@ -34,6 +36,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,6 +140,16 @@ func run() error {
 	}
 	defer b.rdb.Close()
 	ctx := context.Background()
+	if path := os.Getenv("BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	src, err := os.ReadFile(b.script)
 	if err != nil {
 		return err
