@@ -167,8 +167,10 @@ func TestBlackholedRedisCostsTheTimeout(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("200 concurrent calls on a blackholed Redis (timeout %v): the slowest took %v", timeout, slowest)
-	if slowest > 10*timeout {
-		t.Errorf("the slowest call took %v, want about the timeout %v (bound 10x for a loaded host)", slowest, timeout)
+	// On a host with CPU to spare the slowest takes about the timeout; on a
+	// saturated one up to a second more (see WithTimeout).
+	if slowest > timeout+3*time.Second {
+		t.Errorf("the slowest call took %v, want at most the timeout %v and the busy allowance", slowest, timeout)
 	}
 
 	// Sequential calls until the circuit opens, then calls that cost nothing.

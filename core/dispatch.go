@@ -79,7 +79,13 @@ func (d *dispatcher) node(ctx context.Context, key string) string {
 	if err != nil {
 		return ""
 	}
-	return c.Options().Addr
+	addr := c.Options().Addr
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lanes[addr] == nil {
+		d.lanes[addr] = &lane{d: d, pool: c}
+	}
+	return addr
 }
 
 func (d *dispatcher) lane(node string) *lane {
@@ -88,9 +94,23 @@ func (d *dispatcher) lane(node string) *lane {
 	ln := d.lanes[node]
 	if ln == nil {
 		ln = &lane{d: d}
+		if p, ok := d.client.(pooled); ok && d.cluster == nil {
+			ln.pool = p
+		}
 		d.lanes[node] = ln
 	}
 	return ln
+}
+
+// pooled is a client whose connection pool the limiter can watch.
+type pooled interface{ PoolStats() *redis.PoolStats }
+
+// dials returns how many connections p has opened, or 0 for nil.
+func dials(p pooled) uint32 {
+	if p == nil {
+		return 0
+	}
+	return p.PoolStats().Misses
 }
 
 // Call states.
@@ -140,6 +160,9 @@ func (c *call) finish(from int32, o outcome) bool {
 // dispatcher, bounding Redis's answer by timeout once sent, and the whole
 // call by ctx.
 func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []any, timeout time.Duration) outcome {
+	if err := ctx.Err(); err != nil {
+		return outcome{err: err}
+	}
 	c := &call{keys: keys, args: args, timeout: timeout, out: make(chan outcome, 1)}
 	if !d.lane(node).enqueue(c) {
 		return outcome{err: errQueueFull}
@@ -157,6 +180,7 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 // lane is the queue and round trips of one node.
 type lane struct {
 	d        *dispatcher
+	pool     pooled       // the node's client, to see it open connections; may be nil
 	answered atomic.Int64 // UnixNano of Redis's last answer to a round trip
 	mu       sync.Mutex
 	queue    []*call
@@ -226,18 +250,35 @@ func (ln *lane) run(batch []*call) {
 	}
 }
 
-// Telling a silent Redis from a busy one or a busy process. A call's
-// timeout is how long Redis may stay silent while the call's command is
-// out: while Redis answers other round trips of the node, those sent
-// before it are ahead in Redis's queue, and the call waits on. A timer that fires late by
-// more than promptly shows that this process did not run for that long, so
-// the reply may be in the socket unread: the call gets that long again. A
-// call fails only when a timer that fired promptly finds it still waiting,
-// and again after a grace of promptly, so that a reply already read has the
-// time to be delivered. busyAllowance bounds what a busy process adds.
+// Telling a silent Redis from a busy one, a busy process or a busy host.
+// A call's timeout is how long Redis may stay silent while the call's
+// command is out:
+//
+//   - while Redis answers other round trips of the node, those sent before
+//     the call are ahead of it in Redis's queue, and the call waits on;
+//   - a timer that fires late by more than promptly shows that this process
+//     did not run for that long, so the reply may be in the socket unread:
+//     the call gets that long again;
+//   - a call whose time is up gets a grace of promptly, so that a reply
+//     already read has the time to be delivered; if the process or the host
+//     was busy meanwhile (see busyMeter), it gets busyStep more, and so on.
+//
+// busyAllowance bounds what a busy process or host adds, so a dead Redis on
+// a saturated host costs at most timeout + busyAllowance before the policy
+// decides (and nothing once the breaker is open); on a host with CPU to
+// spare, timeout + promptly.
+//
+// Opening a connection is not Redis's answer either: a round trip that
+// dials (and then says HELLO) on a busy host may take far longer than the
+// timeout before its command is even sent. While the node's pool opened a
+// connection since the round trip was sent (go-redis's PoolStats.Misses), a
+// call gets up to connectAllowance more; a dial that is refused fails at once, and one that hangs (a
+// blackholed network) costs at most that much more than the timeout.
 const (
-	promptly      = 2 * time.Millisecond
-	busyAllowance = time.Second
+	promptly         = 2 * time.Millisecond
+	busyStep         = 10 * time.Millisecond
+	busyAllowance    = time.Second
+	connectAllowance = time.Second
 )
 
 // roundTrip sends batch as one pipeline and delivers each call's outcome,
@@ -249,17 +290,26 @@ func (ln *lane) roundTrip(batch []*call) bool {
 	for _, c := range batch {
 		c.arm()
 	}
-	// No deadline for go-redis: the timeouts below measure Redis alone,
-	// and a dial or a pool wait must not end early because of them. The
-	// context ends when the round trip is given up.
+	// The timeouts below measure Redis alone: a dial or a pool wait must
+	// not end early because of them. The context ends when the round trip
+	// is given up.
+	opened := dials(ln.pool)
+	// go-redis gets no deadline of ours, only a backstop past every
+	// allowance, so that with ContextTimeoutEnabled an abandoned round trip
+	// ends soon after; without it, within the client's ReadTimeout.
 	ctx, cancel := context.WithCancel(context.Background())
+	if longest := maxTimeout(batch); longest > 0 {
+		ctx, cancel = context.WithTimeout(context.Background(), longest+busyAllowance+connectAllowance+busyStep)
+	}
 	defer cancel()
 	result := make(chan bool, 1)
 	var byExec atomic.Int32 // calls exec delivered
 	go func() { result <- ln.exec(ctx, batch, rt, &byExec) }()
 
+	var busy *busyMeter // made at the first grace: reading it costs tens of µs
 	graced := make([]bool, len(batch))
-	added := make([]time.Duration, len(batch)) // allowance used for a busy process
+	added := make([]time.Duration, len(batch))   // allowance used for a busy process
+	connect := make([]time.Duration, len(batch)) // allowance used for opening a connection
 	failed := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -295,6 +345,9 @@ func (ln *lane) roundTrip(batch []*call) bool {
 		case <-expired:
 			now := time.Now()
 			late := now.Sub(time.Unix(0, next))
+			if busy != nil && busy.busy() {
+				late = max(late, busyStep)
+			}
 			for i, c := range batch {
 				d := c.deadline.Load()
 				if d == 0 || d > now.UnixNano() || c.state.Load() != sent {
@@ -305,11 +358,17 @@ func (ln *lane) roundTrip(batch []*call) bool {
 					// Redis answers other round trips, and this one waits
 					// behind them in Redis: it is busy, not failing.
 					c.deadline.CompareAndSwap(d, ln.answered.Load()+int64(c.timeout))
+				case dials(ln.pool) != opened && connect[i] < connectAllowance:
+					connect[i] += c.timeout
+					c.deadline.CompareAndSwap(d, now.Add(c.timeout).UnixNano())
 				case late > promptly && added[i] < busyAllowance:
 					added[i] += late
 					c.deadline.CompareAndSwap(d, now.Add(late).UnixNano())
 				case !graced[i]:
 					graced[i] = true
+					if busy == nil {
+						busy = newBusyMeter()
+					}
 					c.deadline.CompareAndSwap(d, now.Add(promptly).UnixNano())
 				case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: rt}):
 					failed = true
@@ -320,6 +379,18 @@ func (ln *lane) roundTrip(batch []*call) bool {
 			}
 		}
 	}
+}
+
+// maxTimeout returns the longest timeout of batch, or 0 if a call has none.
+func maxTimeout(batch []*call) time.Duration {
+	var longest time.Duration
+	for _, c := range batch {
+		if c.timeout <= 0 {
+			return 0
+		}
+		longest = max(longest, c.timeout)
+	}
+	return longest
 }
 
 // retryDelays are the pauses before sending a command again after

@@ -43,13 +43,34 @@
 // except after a Refund or Reset made by another process, which this
 // limiter cannot see: it may then deny for up to the remaining RetryAfter.
 //
+// # Batching
+//
+// Concurrent decisions of every Limiter on one go-redis client share round
+// trips: a call is sent at once while fewer than four round trips are out to
+// its Redis node, and otherwise leaves with the calls that waited behind it,
+// up to 128 in one pipeline of EVALSHA. A lone caller waits for nothing, and a
+// burst of 1,000 calls costs about a dozen round trips and at most four
+// pooled connections per node. Each decision keeps its own request id, and a
+// caller whose context ends leaves without disturbing its batch.
+//
 // # Failures
 //
-// When Redis is down, slow past the timeout (WithTimeout) or answers with an
-// error, the FailurePolicy decides: FailOpen (the default) admits, FailClosed
-// denies. The call returns that Result, marked Fallback, together with an
-// error wrapping ErrUnavailable, so callers can act on Result.Allowed and
-// still report the error.
+// When Redis is down, does not answer within the timeout (WithTimeout), or
+// answers that it cannot serve, the FailurePolicy decides: FailOpen (the
+// default) admits, FailClosed denies, FailLocal decides in this process on a
+// share of each quota (WithReplicas). The call returns that Result, marked
+// Fallback, together with an error wrapping ErrUnavailable, so callers can act
+// on Result.Allowed and still report the error.
+//
+// The timeout measures Redis's silence once a call is sent, never time spent
+// queued in this process, dialing, or waiting for a CPU, so a busy service
+// does not fail open because it is busy. A circuit breaker per Redis node
+// (WithBreaker) stops asking a node after repeated failed round trips and
+// decides at once by the policy, with an error wrapping ErrCircuitOpen, until
+// a probe finds the node answering again. On Redis Cluster the limiter also
+// makes go-redis reload its slot map after connection errors, MOVED, ASK and
+// CLUSTERDOWN, so the slots of a failed primary come back as soon as its
+// replica is promoted.
 //
 // # Headers
 //

@@ -2,6 +2,7 @@ package slidelimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -125,4 +126,26 @@ func ExampleIPIdentity() {
 	// ip:203.0.113.9
 	// ip:2001:db8:5:6::/64
 	// POST /login|ip:203.0.113.9
+}
+
+// While Redis fails, FailLocal decides in each process on its share of the
+// quota: with three replicas of a service, each admits at most 3 of "10 per
+// minute" per identity, so the fleet admits at most 9.
+func ExampleFailLocal() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}) // no Redis here
+	defer rdb.Close()
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(10),
+		slidelimit.WithFailurePolicy(slidelimit.FailLocal), slidelimit.WithReplicas(3))
+	if err != nil {
+		panic(err)
+	}
+	for range 4 {
+		res, err := lim.Allow(context.Background(), "user:42")
+		fmt.Println(res.Allowed, res.Fallback, errors.Is(err, slidelimit.ErrUnavailable))
+	}
+	// Output:
+	// true true true
+	// true true true
+	// true true true
+	// false true true
 }

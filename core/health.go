@@ -3,6 +3,7 @@ package slidelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -25,8 +26,9 @@ const (
 )
 
 // errNoAnswer is the failure of a command Redis did not answer within the
-// limiter's timeout after it was sent.
-var errNoAnswer = errors.New("no answer from redis within the timeout")
+// limiter's timeout after it was sent. It wraps context.DeadlineExceeded,
+// as a timeout's error always has.
+var errNoAnswer = fmt.Errorf("no answer from redis within the timeout: %w", context.DeadlineExceeded)
 
 // errNodeFailed is the failure of a call that was still waiting to be sent
 // when a round trip to its Redis node failed.

@@ -111,10 +111,14 @@ func WithPrefix(prefix string) Option {
 // The bound measures Redis, not this process: it starts when the round trip
 // carrying the call leaves, so time spent waiting behind other round trips
 // of the same client (see "Batching" in the package documentation) is not
-// counted, and a busy process never decides by the policy just because it
-// is busy. The caller's own context still bounds the whole call. When a
-// round trip fails, the calls still waiting for that Redis node are decided
-// by the policy at once rather than each paying the timeout again.
+// counted. It also runs on while Redis answers the round trips sent before
+// the call's, while the round trip opens a connection (up to 1 s more), and
+// while this process or its host is too busy to have read the reply (up to
+// 1 s more), so a busy service never decides by the policy just because it
+// is busy; on a host with CPU to spare a dead Redis costs a call d. The
+// caller's own context still bounds the whole call. When a round trip
+// fails, the calls still waiting for that Redis node are decided by the
+// policy at once rather than each paying the timeout again.
 //
 // The bound holds whatever the client's settings. With go-redis's
 // ContextTimeoutEnabled the client itself gives up at the deadline;

@@ -93,7 +93,7 @@ func TestNoScriptRecovery(t *testing.T) {
 }
 
 // noscriptCounter is a go-redis hook that counts EVALSHA calls answered
-// NOSCRIPT.
+// NOSCRIPT, sent alone or in pipelines.
 type noscriptCounter struct{ n atomic.Int64 }
 
 func (h *noscriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -109,5 +109,13 @@ func (h *noscriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 }
 
 func (h *noscriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds { // the limiter sends concurrent calls as pipelines
+			if cmd.Name() == "evalsha" && cmd.Err() != nil && strings.HasPrefix(cmd.Err().Error(), "NOSCRIPT") {
+				h.n.Add(1)
+			}
+		}
+		return err
+	}
 }

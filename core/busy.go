@@ -1,0 +1,81 @@
+package slidelimit
+
+import (
+	"bytes"
+	"os"
+	"runtime/metrics"
+	"strconv"
+	"time"
+)
+
+// busyMeter tells whether this process or its host was too busy, since the
+// meter was made or last asked, for a silence of Redis to mean anything
+// (see roundTrip):
+//
+//   - a goroutine of this process waited busyStep or more to run (the
+//     runtime's /sched/latencies histogram): the goroutine that reads
+//     Redis's reply may have been one of them;
+//   - on Linux, tasks waited for a CPU (/proc/pressure/cpu, "some") for at
+//     least half of the time: a Redis on this host, or this process, may
+//     have been one of them.
+//
+// Neither can make a dead Redis look alive for long: the allowance it earns
+// a call is bounded by busyAllowance.
+type busyMeter struct {
+	slow  uint64    // slow schedules so far
+	stall int64     // µs of CPU stall so far; -1 if unknown
+	at    time.Time // when slow and stall were read
+}
+
+func newBusyMeter() *busyMeter {
+	return &busyMeter{slow: slowSchedules(), stall: cpuStall(), at: time.Now()}
+}
+
+// busy reports whether the process or host was busy since the last call.
+func (m *busyMeter) busy() bool {
+	slow, stall, now := slowSchedules(), cpuStall(), time.Now()
+	busy := slow != m.slow ||
+		stall >= 0 && m.stall >= 0 && time.Duration(stall-m.stall)*time.Microsecond*2 >= now.Sub(m.at)
+	m.slow, m.stall, m.at = slow, stall, now
+	return busy
+}
+
+// schedLatency is the runtime metric of how long goroutines wait to run.
+const schedLatency = "/sched/latencies:seconds"
+
+// slowSchedules returns how many goroutines of this process have waited
+// busyStep or more to run since it started (a sampled count).
+func slowSchedules() uint64 {
+	sample := []metrics.Sample{{Name: schedLatency}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	h := sample[0].Value.Float64Histogram()
+	var n uint64
+	for i, c := range h.Counts {
+		if h.Buckets[i] >= busyStep.Seconds() {
+			n += c
+		}
+	}
+	return n
+}
+
+// cpuStall returns the host's total time, in µs, in which some task waited
+// for a CPU, or -1 where Linux's pressure stall information is missing.
+func cpuStall() int64 {
+	b, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return -1
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n")) // some avg10=… total=N
+	_, total, ok := bytes.Cut(line, []byte("total="))
+	if !bytes.HasPrefix(line, []byte("some")) || !ok {
+		return -1
+	}
+	n, err := strconv.ParseInt(string(bytes.TrimSpace(total)), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
