@@ -28,7 +28,8 @@ release-check:
 demo:
 	WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/demo.sh
 
-## bench: Allow at 1..256 goroutines beside redis-benchmark running the same script.
+## bench: slidelimit beside redis_rate, ulule/limiter, the classic script and the
+## redis-benchmark ceiling (see bench/ and BENCHMARKS.md); about ten minutes.
 bench:
 	WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/bench.sh
 

@@ -46,6 +46,15 @@
 // the right-most untrusted hop of the one forwarding header it names
 // (X-Forwarded-For, Forwarded or X-Real-IP).
 //
+// # Deny cache
+//
+// A Limiter remembers recent denials (WithDenyCache): until a denial's
+// RetryAfter has passed, the same identity's calls with at least the denied
+// cost are denied without a Redis round trip, marked Result.Cached. Denied
+// requests record nothing, so this never denies what Redis would admit,
+// except after a Refund or Reset made by another process, which this
+// limiter cannot see: it may then deny for up to the remaining RetryAfter.
+//
 // # Batching
 //
 // Concurrent decisions of every Limiter on one go-redis client share round

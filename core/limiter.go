@@ -21,6 +21,7 @@ type Limiter struct {
 	suffixes []string // per limit: "}:" + Limit.String()
 	quotaArg []any    // per limit: quota, window in µs, as the script reads them
 	minQuota int
+	deny     *denyCache   // nil when WithDenyCache(0)
 	disp     *dispatcher  // nil for a client that cannot pipeline
 	brk      *breaker     // nil when disabled
 	local    *localLimits // FailLocal's log; nil under other policies
@@ -44,6 +45,7 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 		prefix:  DefaultPrefix,
 		timeout: DefaultTimeout,
 		policy:  FailOpen,
+		deny:    DefaultDenyCacheSize,
 
 		replicas:      1,
 		localCapacity: DefaultLocalCapacity,
@@ -55,7 +57,7 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	l := &Limiter{client: client, cfg: cfg, minQuota: MaxQuota, bounded: honoursDeadlines(client)}
+	l := &Limiter{client: client, cfg: cfg, minQuota: MaxQuota, bounded: honoursDeadlines(client), deny: newDenyCache(cfg.deny)}
 	seen := make(map[string]bool, len(cfg.limits))
 	for _, lim := range cfg.limits {
 		if err := lim.Validate(); err != nil {
@@ -120,6 +122,17 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Result, error) {
 // decide runs the admission script; an empty id peeks.
 func (l *Limiter) decide(ctx context.Context, identity string, n int, id string) (Result, error) {
 	start := time.Now()
+	var asked time.Time // the deny cache's clock before asking Redis
+	if l.deny != nil {
+		asked = l.clockNow(start)
+		// An id from ContextWithRequestID may have been admitted before,
+		// which only Redis knows.
+		if ctx.Value(requestIDKey{}) == nil {
+			if res, ok := l.deny.lookup(identity, n, asked); ok {
+				return l.observe(ctx, identity, n, start, res, nil)
+			}
+		}
+	}
 	keys, err := l.keys(identity)
 	if err != nil {
 		return l.observe(ctx, identity, n, start, Result{Limit: l.cfg.limits[0]}, err)
@@ -134,10 +147,13 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 		return l.observe(ctx, identity, n, start, res, err)
 	}
 	res, err := l.result(reply)
-	if err != nil {
+	switch {
+	case err != nil:
 		res, err = l.fallback(identity, n, id, err)
-	} else if res.Allowed && id != "" {
-		res.admitted = &admission{keys: keys, id: id, cost: n}
+	case res.Allowed && id != "":
+		res.admitted = &admission{keys: keys, identity: identity, id: id, cost: n}
+	case !res.Allowed && l.deny != nil:
+		l.deny.store(identity, n, asked, res)
 	}
 	return l.observe(ctx, identity, n, start, res, err)
 }
@@ -179,6 +195,9 @@ func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	if a == nil {
 		return nil
 	}
+	if l.deny != nil {
+		l.deny.forget(a.identity)
+	}
 	err := l.run(ctx, func(ctx context.Context) error {
 		return refundScript.Run(ctx, l.client, a.keys, a.id, a.cost).Err()
 	})
@@ -194,6 +213,9 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 	keys, err := l.keys(identity)
 	if err != nil {
 		return err
+	}
+	if l.deny != nil {
+		l.deny.forget(identity)
 	}
 	err = l.run(ctx, func(ctx context.Context) error {
 		return resetScript.Run(ctx, l.client, keys).Err()
@@ -215,6 +237,15 @@ func (l *Limiter) keys(identity string) ([]string, error) {
 		keys[i] = l.cfg.prefix + "{" + tag + s
 	}
 	return keys, nil
+}
+
+// clockNow returns the deny cache's time: WithClock's clock, else wall, the
+// local monotonic clock read at wall.
+func (l *Limiter) clockNow(wall time.Time) time.Time {
+	if l.cfg.clock != nil {
+		return l.cfg.clock()
+	}
+	return wall
 }
 
 // now returns the script's time argument: empty for Redis TIME.

@@ -79,6 +79,7 @@ type config struct {
 	localCapacity int
 	failures      int
 	cooldown      time.Duration
+	deny          int // deny cache size
 }
 
 // WithLimits adds limits enforced together with the one given to New. A
@@ -176,6 +177,30 @@ func WithObserver(observe Observer) Option {
 			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
 		}
 		c.observe = joinObservers(c.observe, observe)
+		return nil
+	}
+}
+
+// WithDenyCache sets how many denied identities the limiter remembers, so
+// that further calls of a denied identity, with a cost at least the denied
+// one, are denied locally, without a Redis round trip, until the denial's
+// RetryAfter has passed. Such a Result has Cached set. The default is
+// DefaultDenyCacheSize; zero turns the cache off.
+//
+// The cache never admits, and denies only what Redis would deny: a denial
+// records nothing, so no unit leaves any window before RetryAfter. A Refund
+// or Reset through this limiter clears the identity's entry; one made by
+// another process or limiter is not seen, so the cache may then deny for up
+// to the remaining RetryAfter longer than needed. Calls that carry an id from
+// ContextWithRequestID always ask Redis, which knows whether an earlier
+// attempt was admitted. Each entry takes about 150 bytes plus the identity
+// and 32 bytes per limit.
+func WithDenyCache(size int) Option {
+	return func(c *config) error {
+		if size < 0 {
+			return fmt.Errorf("%w: negative deny cache size %d", ErrInvalidOption, size)
+		}
+		c.deny = size
 		return nil
 	}
 }

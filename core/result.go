@@ -37,7 +37,11 @@ type Result struct {
 	// observer can tell which limit would have denied and for how long. A
 	// shadow Result claims no quota: header writers send no field for it.
 	Shadow bool
-	// Cached reports that the decision was answered by the limiter's local deny cache without asking Redis.
+	// Cached reports that the denial came from the limiter's deny cache
+	// (WithDenyCache) without asking Redis: the identity was denied a request
+	// of at most this cost before, and its RetryAfter has not passed yet.
+	// The Result is that denial's, with RetryAfter and ResetAfter counted
+	// down on the local clock.
 	Cached bool
 
 	// admitted records what Refund needs to remove this request again.
@@ -59,7 +63,8 @@ type Status struct {
 
 // admission identifies the members one admitted request recorded.
 type admission struct {
-	keys []string // one per limit
-	id   string
-	cost int
+	keys     []string // one per limit
+	identity string   // whose deny cache entry Refund clears
+	id       string
+	cost     int
 }

@@ -13,8 +13,7 @@ import (
 	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
-// The benchmark's key pattern, shared with the redis-benchmark run in
-// scripts/bench.sh: benchPrefix + "{" + a 12-digit identity below
+// The benchmark's key pattern: benchPrefix + "{" + a 12-digit identity below
 // benchKeyspace + "}:" + benchLimit.String(), that is
 // bench:go:{000000012345}:1000000/1m. The quota is so large that every
 // call is admitted, so every call writes.
@@ -28,8 +27,9 @@ var benchLimit = slidelimit.Per(slidelimit.MaxQuota, time.Minute)
 // BenchmarkAllow measures Allow against the harness's standalone Redis from
 // 1, 16, 64 and 256 goroutines, each level with a connection pool of that
 // many connections (as redis-benchmark -c opens that many clients), and
-// reports decisions per second. Run it with scripts/bench.sh (make bench),
-// which sets a fixed iteration count and runs redis-benchmark beside it.
+// reports decisions per second. Run it with go test -bench BenchmarkAllow
+// -benchtime 30000x under scripts/with-redis.sh. make bench (the bench
+// module) measures the same beside the peer libraries and redis-benchmark.
 //
 // It runs twice: with a client built with ContextTimeoutEnabled, which the
 // limiter calls directly, and with a default client, for which the limiter

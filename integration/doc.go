@@ -20,8 +20,9 @@
 //     adapters and gRPC has one quota (5 of 20 admitted), hashed in Redis.
 //   - TestMixedFleetBehindXFFProxy: behind an X-Forwarded-For-only proxy,
 //     every adapter and gRPC resolve the same client: 5 each in total.
-//   - BenchmarkAllow: decisions per second at 1 to 256 goroutines; run by
-//     scripts/bench.sh (make bench) beside redis-benchmark.
+//   - BenchmarkAllow: decisions per second at 1 to 256 goroutines. make
+//     bench (the bench module, BENCHMARKS.md) measures the same beside the
+//     peer libraries and redis-benchmark.
 //
 // Run the tests from the repository root with make test, or for this module
 // alone:

@@ -27,7 +27,7 @@ const maxListpackBytesPerRequest = 25
 // k requests, recorded by the limiter itself. It measures, in the same run
 // and with the same scores, the naive member format
 // "<13-digit ms>-<36-char uuid>", written with ZADD. It logs a table (go
-// test -v shows it; make bench prints it) and asserts the listpack target.
+// test -v shows it) and asserts the listpack target.
 func TestMemoryPerRequest(t *testing.T) {
 	rdb := redistest.Client(t)
 	if enc, err := rdb.ConfigGet(t.Context(), "zset-max-listpack-entries").Result(); err == nil {

@@ -1,0 +1,619 @@
+// Command bench measures slidelimit beside its peers and beside what Redis
+// itself can run of slidelimit's script, on one Redis, in one run: make
+// bench runs it against a throwaway server (scripts/bench.sh).
+//
+// Contenders, each through one shared go-redis client (ContextTimeoutEnabled,
+// default pool):
+//
+//   - slidelimit (core), with its deny cache on as by default, and on the
+//     denied path once more with WithDenyCache(0);
+//   - go-redis/redis_rate v10 (GCRA);
+//   - ulule/limiter v3 with its Redis store (fixed window);
+//   - the classic sliding-log script (ZREMRANGEBYSCORE, ZCARD, ZADD, PEXPIRE;
+//     member "<ms>-<uuid>"; plain Script.Run);
+//   - redis-benchmark running core/allow.lua by EVALSHA, unpipelined and with
+//     -P 16: the ceilings, at 64 and 256 clients.
+//
+// Paths: allowed (1,000 identities, a quota of 1,000,000 per minute, so every
+// call is admitted and writes) and denied (one identity, exhausted before
+// timing). Every cell (path, callers, contender) runs for BENCH_CELL on a key
+// prefix of its own and is repeated BENCH_REPS times, the contenders
+// interleaved in a rotating order; the tables print the median of the
+// repetitions. The machine is shared and noisy: compare columns of one run.
+//
+// BENCH_CPUPROFILE=file writes a CPU profile of the Go side.
+//
+// It then prints the Redis memory per in-window request and per identity
+// (MEMORY USAGE) and the zset-max-listpack-entries trade-off.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/ulule/limiter/v3"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
+)
+
+const (
+	identities   = 1000
+	allowedQuota = slidelimit.MaxQuota // per minute: every call admitted
+	deniedQuota  = 10                  // per hour: exhausted before timing
+)
+
+// classicSource is the sliding-log script most Redis rate-limiting posts
+// show, as a baseline.
+const classicSource = `
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now - window)
+local count = redis.call('ZCARD', KEYS[1])
+if count < limit then
+  redis.call('ZADD', KEYS[1], now, ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], window)
+  return {1, limit - count - 1}
+end
+return {0, 0}
+`
+
+var classicScript = redis.NewScript(classicSource)
+
+// decideFunc makes one decision for a random identity (allowed path) or the
+// exhausted one (denied path) and reports whether it was admitted.
+type decideFunc func(ctx context.Context, r *rand.Rand) (bool, error)
+
+// contender sets up one library for one cell: its keys start with prefix.
+type contender struct {
+	name  string
+	paths []string // the paths it runs on
+	setup func(ctx context.Context, b *bench, path, prefix string) (decideFunc, error)
+}
+
+type bench struct {
+	rdb      *redis.Client
+	host     string
+	port     string
+	sha      string // allow.lua's
+	script   string // allow.lua's path
+	cell     time.Duration
+	reps     int
+	levels   []int
+	cellSeq  atomic.Int64
+	results  map[cellKey][]cell
+	resultMu sync.Mutex
+}
+
+type cellKey struct {
+	path      string
+	callers   int
+	contender string
+}
+
+// cell is one timed run.
+type cell struct {
+	decisions  int64
+	rate       float64 // decisions per second
+	p50, p99   time.Duration
+	cpuPerCall float64 // Redis CPU µs per decision (user + sys)
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	addr := os.Getenv("SLIDELIMIT_REDIS_ADDR")
+	if addr == "" {
+		return errors.New("SLIDELIMIT_REDIS_ADDR is not set; run make bench")
+	}
+	host, port, _ := strings.Cut(addr, ":")
+	b := &bench{
+		rdb:     redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}),
+		host:    host,
+		port:    port,
+		script:  envString("BENCH_SCRIPT", "../core/allow.lua"),
+		cell:    envDuration("BENCH_CELL", 1500*time.Millisecond),
+		reps:    envInt("BENCH_REPS", 3),
+		levels:  envInts("BENCH_LEVELS", []int{1, 16, 64, 256}),
+		results: map[cellKey][]cell{},
+	}
+	defer b.rdb.Close()
+	ctx := context.Background()
+	if path := os.Getenv("BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	src, err := os.ReadFile(b.script)
+	if err != nil {
+		return err
+	}
+	if b.sha, err = b.rdb.ScriptLoad(ctx, string(src)).Result(); err != nil {
+		return err
+	}
+	if err := b.rdb.ConfigSet(ctx, "zset-max-listpack-entries", "128").Err(); err != nil {
+		return err
+	}
+	b.describe(ctx)
+
+	contenders := []contender{
+		{"slidelimit", []string{"allowed", "denied"}, setupSlidelimit(true)},
+		{"slidelimit-nocache", []string{"denied"}, setupSlidelimit(false)},
+		{"redis_rate", []string{"allowed", "denied"}, setupRedisRate},
+		{"ulule", []string{"allowed", "denied"}, setupUlule},
+		{"classic", []string{"allowed", "denied"}, setupClassic},
+	}
+	start := time.Now()
+	for rep := range b.reps {
+		for _, path := range envStrings("BENCH_PATHS", []string{"allowed", "denied"}) {
+			for _, c := range b.levels {
+				var order []func() error
+				for _, ct := range contenders {
+					if slices.Contains(ct.paths, path) {
+						order = append(order, func() error { return b.runGo(ctx, ct, path, c) })
+					}
+				}
+				if path == "allowed" && (c == 64 || c == 256) {
+					order = append(order,
+						func() error { return b.runCeiling(ctx, c, 1) },
+						func() error { return b.runCeiling(ctx, c, 16) })
+				}
+				// Rotate the order each repetition and level, so no
+				// contender always runs first or after the same one.
+				k := (rep + c) % len(order)
+				order = append(order[k:], order[:k]...)
+				for _, f := range order {
+					if err := f(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "bench: repetition %d of %d done after %v\n", rep+1, b.reps, time.Since(start).Round(time.Second))
+	}
+	b.report()
+	if os.Getenv("BENCH_SKIP_MEMORY") != "" {
+		return nil
+	}
+	if err := b.memory(ctx); err != nil {
+		return err
+	}
+	if err := b.listpack(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("\nwhole run: %v\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// describe prints the machine.
+func (b *bench) describe(ctx context.Context) {
+	model := "unknown CPU"
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	info, _ := b.rdb.Info(ctx, "server").Result()
+	fmt.Printf("machine: %d cores (%s), Redis %s, %s %s/%s, go-redis client with ContextTimeoutEnabled and the default pool\n",
+		numCPU(), model, infoField(info, "redis_version"), goVersion(), goos(), goarch())
+	fmt.Printf("cells: %v each, median of %d interleaved repetitions; allowed path: %d identities, %d per minute; denied path: one identity past %d per hour\n",
+		b.cell, b.reps, identities, allowedQuota, deniedQuota)
+	out, _ := exec.Command("uptime").Output()
+	fmt.Printf("load at start: %s", out)
+}
+
+func (b *bench) prefix(name string) string {
+	return fmt.Sprintf("bench:%d:%s:", b.cellSeq.Add(1), name)
+}
+
+func identity(r *rand.Rand) string {
+	return strconv.Itoa(r.IntN(identities))
+}
+
+func setupSlidelimit(cache bool) func(ctx context.Context, b *bench, path, prefix string) (decideFunc, error) {
+	return func(ctx context.Context, b *bench, path, prefix string) (decideFunc, error) {
+		opts := []slidelimit.Option{slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(10 * time.Second)}
+		if !cache {
+			opts = append(opts, slidelimit.WithDenyCache(0))
+		}
+		limit := slidelimit.PerMinute(allowedQuota)
+		if path == "denied" {
+			limit = slidelimit.PerHour(deniedQuota)
+		}
+		lim, err := slidelimit.New(b.rdb, limit, opts...)
+		if err != nil {
+			return nil, err
+		}
+		if path == "denied" {
+			return func(ctx context.Context, _ *rand.Rand) (bool, error) {
+				res, err := lim.Allow(ctx, "x")
+				return res.Allowed, err
+			}, nil
+		}
+		return func(ctx context.Context, r *rand.Rand) (bool, error) {
+			res, err := lim.Allow(ctx, identity(r))
+			return res.Allowed, err
+		}, nil
+	}
+}
+
+func setupRedisRate(ctx context.Context, b *bench, path, prefix string) (decideFunc, error) {
+	lim := redis_rate.NewLimiter(b.rdb)
+	limit := redis_rate.Limit{Rate: allowedQuota, Burst: allowedQuota, Period: time.Minute}
+	if path == "denied" {
+		limit = redis_rate.PerHour(deniedQuota)
+		return func(ctx context.Context, _ *rand.Rand) (bool, error) {
+			res, err := lim.Allow(ctx, prefix+"x", limit)
+			return err == nil && res.Allowed > 0, err
+		}, nil
+	}
+	return func(ctx context.Context, r *rand.Rand) (bool, error) {
+		res, err := lim.Allow(ctx, prefix+identity(r), limit)
+		return err == nil && res.Allowed > 0, err
+	}, nil
+}
+
+func setupUlule(ctx context.Context, b *bench, path, prefix string) (decideFunc, error) {
+	store, err := ulredis.NewStoreWithOptions(b.rdb, limiter.StoreOptions{Prefix: strings.TrimSuffix(prefix, ":")})
+	if err != nil {
+		return nil, err
+	}
+	rate := limiter.Rate{Period: time.Minute, Limit: allowedQuota}
+	if path == "denied" {
+		rate = limiter.Rate{Period: time.Hour, Limit: deniedQuota}
+	}
+	lim := limiter.New(store, rate)
+	if path == "denied" {
+		return func(ctx context.Context, _ *rand.Rand) (bool, error) {
+			res, err := lim.Get(ctx, "x")
+			return err == nil && !res.Reached, err
+		}, nil
+	}
+	return func(ctx context.Context, r *rand.Rand) (bool, error) {
+		res, err := lim.Get(ctx, identity(r))
+		return err == nil && !res.Reached, err
+	}, nil
+}
+
+func setupClassic(ctx context.Context, b *bench, path, prefix string) (decideFunc, error) {
+	limit, window := int64(allowedQuota), int64(time.Minute/time.Millisecond)
+	if path == "denied" {
+		limit, window = deniedQuota, int64(time.Hour/time.Millisecond)
+	}
+	decide := func(ctx context.Context, id string) (bool, error) {
+		now := time.Now().UnixMilli()
+		member := strconv.FormatInt(now, 10) + "-" + uuid.NewString()
+		v, err := classicScript.Run(ctx, b.rdb, []string{prefix + "{" + id + "}"}, now, window, limit, member).Int64Slice()
+		if err != nil {
+			return false, err
+		}
+		return len(v) == 2 && v[0] == 1, nil
+	}
+	if path == "denied" {
+		return func(ctx context.Context, _ *rand.Rand) (bool, error) { return decide(ctx, "x") }, nil
+	}
+	return func(ctx context.Context, r *rand.Rand) (bool, error) { return decide(ctx, identity(r)) }, nil
+}
+
+// runGo times one cell of a Go contender.
+func (b *bench) runGo(ctx context.Context, ct contender, path string, callers int) error {
+	decide, err := ct.setup(ctx, b, path, b.prefix(ct.name))
+	if err != nil {
+		return fmt.Errorf("%s: %w", ct.name, err)
+	}
+	want := path == "allowed"
+	// Warm up: load scripts, open connections and, on the denied path,
+	// exhaust the identity.
+	r := rand.New(rand.NewPCG(1, 2))
+	for range deniedQuota + 2 {
+		if _, err := decide(ctx, r); err != nil {
+			return fmt.Errorf("%s warm-up: %w", ct.name, err)
+		}
+	}
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	var mismatch atomic.Int64
+	var firstErr atomic.Value
+	lat := make([][]time.Duration, callers)
+	cpu0 := b.cpu(ctx)
+	start := time.Now()
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			ls := make([]time.Duration, 0, 4096)
+			for !stop.Load() {
+				t0 := time.Now()
+				ok, err := decide(ctx, r)
+				ls = append(ls, time.Since(t0))
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					mismatch.Add(1)
+				} else if ok != want {
+					mismatch.Add(1)
+				}
+			}
+			lat[g] = ls
+		}()
+	}
+	time.Sleep(b.cell)
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu1 := b.cpu(ctx)
+	all := slices.Concat(lat...)
+	if n := mismatch.Load(); n > 0 {
+		return fmt.Errorf("%s, %s path, %d callers: %d of %d calls were not %s (first error: %v)",
+			ct.name, path, callers, n, len(all), map[bool]string{true: "admitted", false: "denied"}[want], firstErr.Load())
+	}
+	b.add(cellKey{path, callers, ct.name}, measured(all, elapsed, cpu1-cpu0))
+	return nil
+}
+
+// measured turns latencies into a cell.
+func measured(lat []time.Duration, elapsed time.Duration, cpuSeconds float64) cell {
+	slices.Sort(lat)
+	n := int64(len(lat))
+	c := cell{decisions: n, rate: float64(n) / elapsed.Seconds()}
+	if n > 0 {
+		c.p50 = lat[n/2]
+		c.p99 = lat[min(n-1, n*99/100)]
+		c.cpuPerCall = cpuSeconds * 1e6 / float64(n)
+	}
+	return c
+}
+
+// runCeiling runs redis-benchmark with allow.lua by EVALSHA on the allowed
+// path, pipelining p commands per client.
+func (b *bench) runCeiling(ctx context.Context, clients, p int) error {
+	name := "ceiling"
+	if p > 1 {
+		name = "ceiling-P" + strconv.Itoa(p)
+	}
+	prefix := b.prefix(name)
+	// redis-benchmark needs a count, not a duration: ask for about one
+	// cell's worth at the rate this level ran before (or a first guess).
+	n := int64(30000 * p / 4)
+	if prev := b.results[cellKey{"allowed", clients, name}]; len(prev) > 0 {
+		n = int64(prev[len(prev)-1].rate * b.cell.Seconds())
+	}
+	n = max(n, 5000)
+	args := []string{"-h", b.host, "-p", b.port, "-c", strconv.Itoa(clients), "-n", strconv.FormatInt(n, 10),
+		"-r", strconv.Itoa(identities), "-P", strconv.Itoa(p), "--csv",
+		// ARGV as in allow.lua's header: cost 1, a request id, "" for
+		// Redis TIME, then the quota and the window in microseconds.
+		"EVALSHA", b.sha, "1", prefix + "{__rand_int__}:q", "1", "__rand_int__-__rand_int__-__rand_int__", "",
+		strconv.Itoa(allowedQuota), strconv.FormatInt(time.Minute.Microseconds(), 10)}
+	cpu0 := b.cpu(ctx)
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, "redis-benchmark", args...).Output()
+	elapsed := time.Since(start)
+	cpu1 := b.cpu(ctx)
+	if err != nil {
+		return fmt.Errorf("redis-benchmark: %w", err)
+	}
+	recs, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
+	if err != nil {
+		return fmt.Errorf("redis-benchmark output %q: %w", out, err)
+	}
+	var c cell
+	for _, rec := range recs {
+		if len(rec) >= 7 && strings.HasPrefix(rec[0], "EVALSHA") {
+			c.rate, _ = strconv.ParseFloat(rec[1], 64)
+			p50, _ := strconv.ParseFloat(rec[4], 64)
+			p99, _ := strconv.ParseFloat(rec[6], 64)
+			c.p50 = time.Duration(p50 * float64(time.Millisecond))
+			c.p99 = time.Duration(p99 * float64(time.Millisecond))
+		}
+	}
+	if c.rate == 0 {
+		return fmt.Errorf("redis-benchmark printed no EVALSHA rate: %q", out)
+	}
+	c.decisions = n
+	c.cpuPerCall = (cpu1 - cpu0) * 1e6 / float64(n)
+	_ = elapsed
+	b.add(cellKey{"allowed", clients, name}, c)
+	return nil
+}
+
+func (b *bench) add(k cellKey, c cell) {
+	b.resultMu.Lock()
+	defer b.resultMu.Unlock()
+	b.results[k] = append(b.results[k], c)
+}
+
+// median returns the cell of median rate of k, and its p50, p99 and CPU
+// each as the median of the repetitions.
+func (b *bench) median(k cellKey) (cell, bool) {
+	cs := b.results[k]
+	if len(cs) == 0 {
+		return cell{}, false
+	}
+	med := func(f func(cell) float64) float64 {
+		v := make([]float64, len(cs))
+		for i, c := range cs {
+			v[i] = f(c)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return cell{
+		rate:       med(func(c cell) float64 { return c.rate }),
+		p50:        time.Duration(med(func(c cell) float64 { return float64(c.p50) })),
+		p99:        time.Duration(med(func(c cell) float64 { return float64(c.p99) })),
+		cpuPerCall: med(func(c cell) float64 { return c.cpuPerCall }),
+	}, true
+}
+
+// cpu returns Redis's used CPU seconds, user plus system.
+func (b *bench) cpu(ctx context.Context) float64 {
+	info, err := b.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(infoField(info, "used_cpu_user"), 64)
+	s, _ := strconv.ParseFloat(infoField(info, "used_cpu_sys"), 64)
+	return u + s
+}
+
+func infoField(info, name string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// report prints the throughput, latency, CPU and ratio tables.
+func (b *bench) report() {
+	peers := []string{"redis_rate", "ulule", "classic"}
+	for _, path := range []string{"allowed", "denied"} {
+		names := []string{"slidelimit", "redis_rate", "ulule", "classic"}
+		if path == "denied" {
+			names = []string{"slidelimit", "slidelimit-nocache", "redis_rate", "ulule", "classic"}
+		} else {
+			names = append(names, "ceiling", "ceiling-P16")
+		}
+		fmt.Printf("\n== %s path: decisions/s, p50 / p99 latency, Redis CPU µs per decision (median of %d)\n", path, b.reps)
+		fmt.Printf("%-19s", "callers")
+		for _, c := range b.levels {
+			fmt.Printf(" | %-36s", fmt.Sprintf("c=%d", c))
+		}
+		fmt.Println()
+		for _, name := range names {
+			fmt.Printf("%-19s", name)
+			for _, c := range b.levels {
+				m, ok := b.median(cellKey{path, c, name})
+				if !ok {
+					fmt.Printf(" | %-36s", "-")
+					continue
+				}
+				fmt.Printf(" | %-36s", fmt.Sprintf("%8.0f/s %6s %7s %5.1fµs", m.rate, short(m.p50), short(m.p99), m.cpuPerCall))
+			}
+			fmt.Println()
+		}
+		fmt.Printf("\n== %s path: ratio of slidelimit's decisions/s to each (above 1: slidelimit is faster)\n", path)
+		fmt.Printf("%-19s", "callers")
+		for _, c := range b.levels {
+			fmt.Printf(" %8s", fmt.Sprintf("c=%d", c))
+		}
+		fmt.Println()
+		others := append(slices.Clone(peers), "ceiling", "ceiling-P16")
+		if path == "denied" {
+			others = append([]string{"slidelimit-nocache"}, peers...)
+		}
+		for _, name := range others {
+			fmt.Printf("%-19s", "÷ "+name)
+			for _, c := range b.levels {
+				s, ok1 := b.median(cellKey{path, c, "slidelimit"})
+				o, ok2 := b.median(cellKey{path, c, name})
+				if !ok1 || !ok2 || o.rate == 0 {
+					fmt.Printf(" %8s", "-")
+					continue
+				}
+				fmt.Printf(" %8.2f", s.rate/o.rate)
+			}
+			fmt.Println()
+		}
+		if path == "allowed" {
+			fmt.Printf("%-19s", "CPU classic÷ours")
+			for _, c := range b.levels {
+				s, _ := b.median(cellKey{path, c, "slidelimit"})
+				o, _ := b.median(cellKey{path, c, "classic"})
+				if s.cpuPerCall == 0 {
+					fmt.Printf(" %8s", "-")
+					continue
+				}
+				fmt.Printf(" %8.2f", o.cpuPerCall/s.cpuPerCall)
+			}
+			fmt.Println("   (Redis CPU per decision; above 1: slidelimit costs Redis less)")
+		}
+	}
+}
+
+func short(d time.Duration) string {
+	switch {
+	case d < time.Microsecond:
+		return fmt.Sprintf("%dns", d.Nanoseconds())
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+	default:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func envInts(name string, def []int) []int {
+	var v []int
+	for f := range strings.FieldsSeq(strings.ReplaceAll(os.Getenv(name), ",", " ")) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return def
+		}
+		v = append(v, n)
+	}
+	if len(v) == 0 {
+		return def
+	}
+	return v
+}
+
+func envStrings(name string, def []string) []string {
+	if v := strings.Fields(strings.ReplaceAll(os.Getenv(name), ",", " ")); len(v) > 0 {
+		return v
+	}
+	return def
+}
