@@ -80,11 +80,6 @@ func (d *dispatcher) node(ctx context.Context, key string) string {
 		return ""
 	}
 	addr := c.Options().Addr
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.lanes[addr] == nil {
-		d.lanes[addr] = &lane{d: d, pool: c}
-	}
 	return addr
 }
 
@@ -94,23 +89,9 @@ func (d *dispatcher) lane(node string) *lane {
 	ln := d.lanes[node]
 	if ln == nil {
 		ln = &lane{d: d}
-		if p, ok := d.client.(pooled); ok && d.cluster == nil {
-			ln.pool = p
-		}
 		d.lanes[node] = ln
 	}
 	return ln
-}
-
-// pooled is a client whose connection pool the limiter can watch.
-type pooled interface{ PoolStats() *redis.PoolStats }
-
-// dials returns how many connections p has opened, or 0 for nil.
-func dials(p pooled) uint32 {
-	if p == nil {
-		return 0
-	}
-	return p.PoolStats().Misses
 }
 
 // Call states.
@@ -180,7 +161,6 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 // lane is the queue and round trips of one node.
 type lane struct {
 	d        *dispatcher
-	pool     pooled       // the node's client, to see it open connections; may be nil
 	answered atomic.Int64 // UnixNano of Redis's last answer to a round trip
 	mu       sync.Mutex
 	queue    []*call
@@ -269,17 +249,12 @@ func (ln *lane) run(batch []*call) {
 // decides (and nothing once the breaker is open); on a host with CPU to
 // spare, timeout + promptly.
 //
-// Opening a connection is not Redis's answer either: a round trip that
-// dials (and then says HELLO) on a busy host may take far longer than the
-// timeout before its command is even sent. While the node's pool opened a
-// connection since the round trip was sent (go-redis's PoolStats.Misses), a
-// call gets up to connectAllowance more; a dial that is refused fails at once, and one that hangs (a
-// blackholed network) costs at most that much more than the timeout.
+// Opening a connection counts: a dial is refused at once by a dead host,
+// and on a busy host the time a dial and HELLO take shows as busyness.
 const (
-	promptly         = 2 * time.Millisecond
-	busyStep         = 10 * time.Millisecond
-	busyAllowance    = time.Second
-	connectAllowance = time.Second
+	promptly      = 2 * time.Millisecond
+	busyStep      = 10 * time.Millisecond
+	busyAllowance = time.Second
 )
 
 // roundTrip sends batch as one pipeline and delivers each call's outcome,
@@ -294,13 +269,12 @@ func (ln *lane) roundTrip(batch []*call) bool {
 	// The timeouts below measure Redis alone: a dial or a pool wait must
 	// not end early because of them. The context ends when the round trip
 	// is given up.
-	opened := dials(ln.pool)
 	// go-redis gets no deadline of ours, only a backstop past every
 	// allowance, so that with ContextTimeoutEnabled an abandoned round trip
 	// ends soon after; without it, within the client's ReadTimeout.
 	ctx, cancel := context.WithCancel(context.Background())
 	if longest := maxTimeout(batch); longest > 0 {
-		ctx, cancel = context.WithTimeout(context.Background(), longest+busyAllowance+connectAllowance+busyStep)
+		ctx, cancel = context.WithTimeout(context.Background(), longest+busyAllowance+busyStep)
 	}
 	defer cancel()
 	result := make(chan bool, 1)
@@ -309,8 +283,7 @@ func (ln *lane) roundTrip(batch []*call) bool {
 
 	busy := sinceRecently()
 	graced := make([]bool, len(batch))
-	added := make([]time.Duration, len(batch))   // allowance used for a busy process
-	connect := make([]time.Duration, len(batch)) // allowance used for opening a connection
+	added := make([]time.Duration, len(batch)) // allowance used for a busy process
 	failed := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -359,9 +332,6 @@ func (ln *lane) roundTrip(batch []*call) bool {
 					// Redis answers other round trips, and this one waits
 					// behind them in Redis: it is busy, not failing.
 					c.deadline.CompareAndSwap(d, ln.answered.Load()+int64(c.timeout))
-				case dials(ln.pool) != opened && connect[i] < connectAllowance:
-					connect[i] += c.timeout
-					c.deadline.CompareAndSwap(d, now.Add(c.timeout).UnixNano())
 				case late > promptly && added[i] < busyAllowance:
 					added[i] += late
 					c.deadline.CompareAndSwap(d, now.Add(late).UnixNano())

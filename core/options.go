@@ -114,10 +114,9 @@ func WithPrefix(prefix string) Option {
 // carrying the call leaves, so time spent waiting behind other round trips
 // of the same client (see "Batching" in the package documentation) is not
 // counted. It also runs on while Redis answers the round trips sent before
-// the call's, while the round trip opens a connection (up to 1 s more), and
-// while this process or its host is too busy to have read the reply (up to
-// 1 s more), so a busy service never decides by the policy just because it
-// is busy; on a host with CPU to spare a dead Redis costs a call d. The
+// the call's, and while this process or its host is too busy to have read
+// the reply (up to 1 s more), so a busy service never decides by the policy
+// just because it is busy; on a host with CPU to spare a dead Redis costs a call d. The
 // caller's own context still bounds the whole call. When a round trip
 // fails, the calls still waiting for that Redis node are decided by the
 // policy at once rather than each paying the timeout again.
