@@ -31,8 +31,15 @@ func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.pipelines.Add(1)
-		h.pipelined.Add(int64(len(cmds)))
+		// Count the limiter's pipelines only: newer go-redis versions also
+		// pipeline their own connection set-up (HELLO, CLIENT SETINFO).
+		for _, cmd := range cmds {
+			if name := cmd.Name(); name == "evalsha" || name == "eval" {
+				h.pipelines.Add(1)
+				h.pipelined.Add(int64(len(cmds)))
+				break
+			}
+		}
 		return next(ctx, cmds)
 	}
 }

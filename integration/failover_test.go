@@ -41,7 +41,9 @@ func TestClusterFailover(t *testing.T) {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(nodes)})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := testPrefix(t)
-	lim := newLimiter(t, rdb, prefix, faultLimit)
+	// The deny cache is off, so that every decision asks Redis while its
+	// primary fails and the failover is seen through the limiter's traffic.
+	lim := newLimiter(t, rdb, prefix, faultLimit, slidelimit.WithDenyCache(0))
 
 	// Identities on every shard; the victim is the primary of the first.
 	ids := identities("fo-", 48)

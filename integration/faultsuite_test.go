@@ -174,7 +174,9 @@ func runFault(t *testing.T, policy slidelimit.FailurePolicy, f fault) {
 	rdb := redis.NewClient(&redis.Options{Addr: env.proxy.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := testPrefix(t)
-	lim := newLimiter(t, rdb, prefix, faultLimit, slidelimit.WithFailurePolicy(policy))
+	// The deny cache is off: with it, the identities' denials are answered
+	// in process and a fault would never reach a decision.
+	lim := newLimiter(t, rdb, prefix, faultLimit, slidelimit.WithFailurePolicy(policy), slidelimit.WithDenyCache(0))
 	awaitRedisDecision(t, lim, "warm-up")
 
 	tr := startTraffic(lim, 16, identities("f-", 8))
