@@ -54,7 +54,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // a queue of two: the next call is decided by the policy at once, with an
 // error wrapping ErrUnavailable, and says nothing to the breaker.
 func TestQueueFull(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1})
+	// Short socket timeouts end the silent round trip soon after the callers
+	// leave; newer go-redis versions first wait on their connection set-up
+	// (HELLO) for a whole ReadTimeout, 3 s by default, more than once.
+	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
 	d := dispatcherFor(rdb)
 	d.maxInFlight, d.maxBatch, d.maxQueue = 1, 1, 2
