@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -83,7 +82,6 @@ func TestHeaderIdentity(t *testing.T) {
 }
 
 func TestUserAndRouteIdentity(t *testing.T) {
-	type stringer struct{ fmt.Stringer }
 	tests := []struct {
 		in   any
 		want string // "" for an error

@@ -280,13 +280,18 @@ func forwardedFor(element string) (netip.Addr, bool) {
 	return addr.Unmap(), true
 }
 
+// obfuscatedChar reports whether c may stand in an obfuscated node or port
+// of RFC 7239 after its leading "_": a letter, a digit, '.', '_' or '-'.
+func obfuscatedChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
 // validNodePort reports whether s is a node-port of RFC 7239: up to five
 // digits, or an obfuscated port, "_" and letters, digits, '.', '_' or '-'.
 func validNodePort(s string) bool {
 	if s[0] == '_' {
 		for i := 1; i < len(s); i++ {
-			c := s[i]
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			if !obfuscatedChar(s[i]) {
 				return false
 			}
 		}

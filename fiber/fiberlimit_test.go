@@ -374,7 +374,7 @@ func TestNewRefunds(t *testing.T) {
 
 			for path, want := range tt.want {
 				c.get(path, "X-Test", path)
-				if got := remaining(t, lim, httplimit.HeaderIdentity("X-Test", path)); got != want {
+				if got := remaining(t, lim, slidelimit.HeaderIdentity("X-Test", path)); got != want {
 					t.Errorf("remaining after GET %s = %d, want %d", path, got, want)
 				}
 			}

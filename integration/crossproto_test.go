@@ -76,8 +76,12 @@ func startFleet(t *testing.T, limit slidelimit.Limit, keys fleetKeys) (map[strin
 	done := make(chan error, 1)
 	go func() { done <- app.Listener(ln) }()
 	t.Cleanup(func() {
-		_ = app.Shutdown()
-		<-done
+		if err := app.Shutdown(); err != nil {
+			t.Errorf("fiber: shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("fiber: serve: %v", err)
+		}
 	})
 	fleet["fiber"] = httpSend(t, "http://"+ln.Addr().String())
 
