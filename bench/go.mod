@@ -8,7 +8,7 @@ require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/google/uuid v1.6.0
 	github.com/redis/go-redis/v9 v9.5.5
-	github.com/slidelimit/slidelimit/core v0.0.0
+	github.com/slidelimit/slidelimit/core v0.1.0
 	github.com/ulule/limiter/v3 v3.11.2
 )
 
