@@ -145,13 +145,8 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 		return outcome{err: err}
 	}
 	c := &call{keys: keys, args: args, timeout: timeout, out: make(chan outcome, 1)}
-	ln := d.lane(node)
-	alone, ok := ln.enqueue(c)
-	if !ok {
+	if !d.lane(node).enqueue(c) {
 		return outcome{err: errQueueFull}
-	}
-	if alone {
-		return ln.lone(ctx, c)
 	}
 	select {
 	case o := <-c.out:
@@ -161,48 +156,6 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 		c.state.Store(done)
 		return outcome{err: ctx.Err()}
 	}
-}
-
-// lone runs the round trip of c, which enqueue took as a batch of its own,
-// on the caller's goroutine: a lone caller would otherwise wait for a
-// goroutine of the lane to supervise the round trip, and that goroutine for
-// the one that sends it, two hand-offs that cost more than the batching
-// saves when there is nothing to batch (BENCHMARKS.md).
-//
-// The caller supervises (trip.wait) while exec sends on a goroutine of its
-// own, and not the other way round: go-redis does not give up a read when a
-// context is cancelled (only at a deadline), so a caller blocked in exec
-// could not leave when ctx ends. Supervising, the caller also waits on
-// ctx.Done, and leaves as in do: its call is marked done, so its reply is
-// dropped, and the supervision carries on, on a goroutine of its own, from
-// where the caller left it (the same timer, the same exec), so the round
-// trip holds its place in flight exactly as long as if a goroutine of the
-// lane had run it. Once the round trip is over, the caller hands the batch
-// queued meanwhile, if any, to a goroutine of the lane: it never serves
-// other callers.
-func (ln *lane) lone(ctx context.Context, c *call) outcome {
-	t := ln.start([]*call{c})
-	failed, left := t.wait(ctx.Done())
-	if left {
-		c.state.Store(done)
-		go ln.resume(t)
-		return outcome{err: ctx.Err()}
-	}
-	t.end()
-	if next := ln.after(failed); next != nil {
-		go ln.run(next)
-	}
-	// Every call of an ended round trip has its outcome, delivered or
-	// about to be (finish marks a call done before it sends).
-	return <-c.out
-}
-
-// resume supervises t, which a lone caller left, to its end, then runs
-// the batches that wait.
-func (ln *lane) resume(t *trip) {
-	failed, _ := t.wait(nil)
-	t.end()
-	ln.run(ln.after(failed))
 }
 
 // lane is the queue and round trips of one node.
@@ -215,25 +168,20 @@ type lane struct {
 }
 
 // enqueue adds c, and starts a round trip if fewer than maxInFlight are
-// out; if that round trip carries c alone, it is not started but reported
-// by alone, for the caller to run (see lone). It returns ok false if the
-// queue is full.
-func (ln *lane) enqueue(c *call) (alone, ok bool) {
+// out. It returns false if the queue is full.
+func (ln *lane) enqueue(c *call) bool {
 	ln.mu.Lock()
 	if len(ln.queue) >= ln.d.maxQueue {
 		ln.mu.Unlock()
-		return false, false
+		return false
 	}
 	ln.queue = append(ln.queue, c)
 	batch := ln.take()
 	ln.mu.Unlock()
-	switch {
-	case len(batch) == 1 && batch[0] == c:
-		return true, true
-	case batch != nil:
+	if batch != nil {
 		go ln.run(batch)
 	}
-	return false, true
+	return true
 }
 
 // take removes the next batch from the queue and counts it in flight, or
@@ -265,27 +213,21 @@ func (ln *lane) take() []*call {
 // run sends batch, then the next batches while calls wait.
 func (ln *lane) run(batch []*call) {
 	for batch != nil {
-		batch = ln.after(ln.roundTrip(batch))
+		failed := ln.roundTrip(batch)
+		ln.mu.Lock()
+		var waiting []*call
+		if failed {
+			// Redis just failed this node: the calls waiting for it are
+			// decided now rather than each paying the timeout again.
+			waiting, ln.queue = ln.queue, nil
+		}
+		ln.inFlight--
+		batch = ln.take()
+		ln.mu.Unlock()
+		for _, c := range waiting {
+			c.finish(queued, outcome{err: errNodeFailed, h: healthUnknown})
+		}
 	}
-}
-
-// after ends a round trip, which failed or not, and takes the next batch
-// (see take).
-func (ln *lane) after(failed bool) []*call {
-	ln.mu.Lock()
-	var waiting []*call
-	if failed {
-		// Redis just failed this node: the calls waiting for it are
-		// decided now rather than each paying the timeout again.
-		waiting, ln.queue = ln.queue, nil
-	}
-	ln.inFlight--
-	batch := ln.take()
-	ln.mu.Unlock()
-	for _, c := range waiting {
-		c.finish(queued, outcome{err: errNodeFailed, h: healthUnknown})
-	}
-	return batch
 }
 
 // Telling a silent Redis from a busy one, a busy process or a busy host.
@@ -320,54 +262,7 @@ const (
 // after the command was sent. It returns once every call has an outcome,
 // and reports whether Redis failed.
 func (ln *lane) roundTrip(batch []*call) bool {
-	t := ln.start(batch)
-	defer t.end()
-	failed, _ := t.wait(nil)
-	return failed
-}
-
-// trip is a round trip under way: exec sends it on a goroutine of its own
-// while wait supervises the calls' timeouts.
-type trip struct {
-	ln     *lane
-	batch  []*call
-	rt     uint64
-	cancel context.CancelFunc
-	result chan bool    // exec's report
-	byExec atomic.Int32 // calls exec delivered
-
-	busy   *busyMeter
-	graced []bool
-	added  []time.Duration // allowance used for a busy process
-	failed bool
-	timer  *time.Timer
-	next   int64 // the earliest deadline of a call, or the backstop, for timer; 0: none
-	due    int64 // the earliest deadline of a call; 0: none
-	held   bool  // a waiter left: wait on timer and next as they are
-
-	backstop int64 // UnixNano at which the context ends, 0 once it has or for none
-}
-
-// backstop is the context of a round trip whose calls all have a timeout:
-// its deadline is the backstop, for go-redis to set on the socket; it is
-// cancelled when the round trip is given up, or by trip.wait once the
-// backstop has passed. It works as context.WithTimeout did here but for
-// arming no runtime timer of its own: a timer added to an idle process
-// wakes a thread of the runtime's, measured at about 10 µs of every lone
-// call on a 2-core host; the supervisor's timer serves instead. (Its Err
-// past the backstop is context.Canceled, not DeadlineExceeded; both are a
-// failed Redis to classify.) Embedding the cancel context keeps Done, Err
-// and Value its own, so contexts derived from it need no goroutine.
-type backstop struct {
-	context.Context
-	deadline time.Time
-}
-
-func (b backstop) Deadline() (time.Time, bool) { return b.deadline, true }
-
-// start sends batch.
-func (ln *lane) start(batch []*call) *trip {
-	t := &trip{ln: ln, batch: batch, rt: roundTrips.Add(1), result: make(chan bool, 1)}
+	rt := roundTrips.Add(1)
 	for _, c := range batch {
 		c.arm()
 	}
@@ -378,115 +273,79 @@ func (ln *lane) start(batch []*call) *trip {
 	// allowance, so that with ContextTimeoutEnabled an abandoned round trip
 	// ends soon after; without it, within the client's ReadTimeout.
 	ctx, cancel := context.WithCancel(context.Background())
-	t.cancel = cancel
 	if longest := maxTimeout(batch); longest > 0 {
-		t.backstop = time.Now().Add(longest + busyAllowance + busyStep).UnixNano()
-		ctx = backstop{ctx, time.Unix(0, t.backstop)}
+		ctx, cancel = context.WithTimeout(context.Background(), longest+busyAllowance+busyStep)
 	}
-	go func() { t.result <- ln.exec(ctx, batch, t.rt, &t.byExec) }()
+	defer cancel()
+	result := make(chan bool, 1)
+	var byExec atomic.Int32 // calls exec delivered
+	go func() { result <- ln.exec(ctx, batch, rt, &byExec) }()
 
-	t.busy = sinceRecently()
-	t.graced = make([]bool, len(batch))
-	t.added = make([]time.Duration, len(batch))
-	t.timer = time.NewTimer(time.Hour)
-	return t
-}
-
-// end gives up what is left of t's round trip once wait has returned
-// without leaving.
-func (t *trip) end() {
-	t.cancel()
-	t.timer.Stop()
-}
-
-// wait supervises t until every call has an outcome, and reports whether
-// Redis failed; or until leave is ready, and reports left: then wait, called
-// again, goes on where it stopped.
-func (t *trip) wait(leave <-chan struct{}) (failed, left bool) {
+	busy := sinceRecently()
+	graced := make([]bool, len(batch))
+	added := make([]time.Duration, len(batch)) // allowance used for a busy process
+	failed := false
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
-		if !t.held {
-			var next int64
-			open := false
-			for _, c := range t.batch {
-				if c.state.Load() != sent {
-					continue
-				}
-				open = true
-				if d := c.deadline.Load(); d != 0 && (next == 0 || d < next) {
-					next = d
-				}
+		var next int64
+		open := false
+		for _, c := range batch {
+			if c.state.Load() != sent {
+				continue
 			}
-			if !open {
-				// Every call is answered, timed out or gone. If exec answered
-				// them all it is returning; otherwise it may go on for a while
-				// with nobody to tell.
-				if t.byExec.Load() == int32(len(t.batch)) {
-					return <-t.result, false
-				}
-				return t.failed, false
-			}
-			t.due, t.next = next, next
-			if t.backstop != 0 && (next == 0 || t.backstop < next) {
-				t.next = t.backstop
-			}
-			if t.next != 0 {
-				t.timer.Reset(time.Until(time.Unix(0, t.next)))
+			open = true
+			if d := c.deadline.Load(); d != 0 && (next == 0 || d < next) {
+				next = d
 			}
 		}
-		t.held = false
+		if !open {
+			// Every call is answered, timed out or gone. If exec answered
+			// them all it is returning; otherwise it may go on for a while
+			// with nobody to tell.
+			if byExec.Load() == int32(len(batch)) {
+				return <-result
+			}
+			return failed
+		}
 		var expired <-chan time.Time
-		if t.next != 0 {
-			expired = t.timer.C
+		if next != 0 {
+			timer.Reset(time.Until(time.Unix(0, next)))
+			expired = timer.C
 		}
 		select {
-		case f := <-t.result:
-			return t.failed || f, false
+		case f := <-result:
+			return failed || f
 		case <-expired:
 			now := time.Now()
-			if t.backstop != 0 && now.UnixNano() >= t.backstop {
-				t.cancel()
-				t.backstop = 0
+			late := now.Sub(time.Unix(0, next))
+			if busy.busy() {
+				late = max(late, busyStep)
 			}
-			if t.due != 0 && now.UnixNano() >= t.due {
-				t.expire(now)
+			for i, c := range batch {
+				d := c.deadline.Load()
+				if d == 0 || d > now.UnixNano() || c.state.Load() != sent {
+					continue
+				}
+				switch {
+				case now.Sub(time.Unix(0, ln.answered.Load())) < c.timeout:
+					// Redis answers other round trips, and this one waits
+					// behind them in Redis: it is busy, not failing.
+					c.deadline.CompareAndSwap(d, ln.answered.Load()+int64(c.timeout))
+				case late > promptly && added[i] < busyAllowance:
+					added[i] += late
+					c.deadline.CompareAndSwap(d, now.Add(late).UnixNano())
+				case !graced[i]:
+					graced[i] = true
+					c.deadline.CompareAndSwap(d, now.Add(promptly).UnixNano())
+				case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: rt}):
+					failed = true
+				}
 			}
-		case <-leave:
-			t.held = true
-			return false, true
+			if failed {
+				ln.d.reload.maybe()
+			}
 		}
-	}
-}
-
-// expire handles the calls whose deadline, t.due or earlier, has passed
-// by now.
-func (t *trip) expire(now time.Time) {
-	ln := t.ln
-	late := now.Sub(time.Unix(0, t.due))
-	if t.busy.busy() {
-		late = max(late, busyStep)
-	}
-	for i, c := range t.batch {
-		d := c.deadline.Load()
-		if d == 0 || d > now.UnixNano() || c.state.Load() != sent {
-			continue
-		}
-		switch {
-		case now.Sub(time.Unix(0, ln.answered.Load())) < c.timeout:
-			// Redis answers other round trips, and this one waits
-			// behind them in Redis: it is busy, not failing.
-			c.deadline.CompareAndSwap(d, ln.answered.Load()+int64(c.timeout))
-		case late > promptly && t.added[i] < busyAllowance:
-			t.added[i] += late
-			c.deadline.CompareAndSwap(d, now.Add(late).UnixNano())
-		case !t.graced[i]:
-			t.graced[i] = true
-			c.deadline.CompareAndSwap(d, now.Add(promptly).UnixNano())
-		case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: t.rt}):
-			t.failed = true
-		}
-	}
-	if t.failed {
-		ln.d.reload.maybe()
 	}
 }
 

@@ -102,12 +102,12 @@ func TestQueueFull(t *testing.T) {
 	})
 }
 
-// TestLoneCallerLeaves has a lone caller supervise its own round trip to a
-// silent Redis (lane.lone) and its context end: it leaves at once, while
-// the round trip holds its place in flight until it ends as it would on a
-// goroutine of the lane; then the call queued behind it meanwhile is sent
-// (a round trip whose every call left tells nothing of Redis), without that
-// caller, and fails on its own.
+// TestLoneCallerLeaves sends a lone call to a silent Redis and ends its
+// caller's context: the caller leaves at once, while the round trip holds
+// its place in flight until it ends; then the call queued behind it
+// meanwhile is sent (a round trip whose every call left tells nothing of
+// Redis) and fails on its own. A fast path that runs a lone call's round
+// trip on its caller's goroutine must keep all of this.
 func TestLoneCallerLeaves(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1,
 		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
