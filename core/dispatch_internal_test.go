@@ -102,6 +102,50 @@ func TestQueueFull(t *testing.T) {
 	})
 }
 
+// TestLoneCallerLeaves sends a lone call to a silent Redis and ends its
+// caller's context: the caller leaves at once, while the round trip holds
+// its place in flight until it ends; then the call queued behind it
+// meanwhile is sent (a round trip whose every call left tells nothing of
+// Redis) and fails on its own. A fast path that runs a lone call's round
+// trip on its caller's goroutine must keep all of this.
+func TestLoneCallerLeaves(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1,
+		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	d := dispatcherFor(rdb)
+	d.maxInFlight = 1
+	ln := d.lane("")
+	lane := func() (inFlight, queued int) {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.inFlight, len(ln.queue)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	first := make(chan outcome, 1)
+	go func() { first <- d.do(ctx, "", []string{"k"}, []any{1}, time.Minute) }()
+	waitFor(t, "the lone call in flight", func() bool { n, _ := lane(); return n == 1 })
+	second := make(chan outcome, 1)
+	go func() { second <- d.do(t.Context(), "", []string{"k"}, []any{1}, time.Minute) }()
+	waitFor(t, "a second call queued", func() bool { _, q := lane(); return q == 1 })
+
+	cancel()
+	if o := <-first; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("the lone caller whose context ended got %v, want context.Canceled", o.err)
+	}
+	if n, q := lane(); n != 1 || q != 1 {
+		t.Errorf("right after the lone caller left: %d round trips in flight and %d calls queued, want 1 and 1", n, q)
+	}
+	select {
+	case o := <-second:
+		if o.err == nil || o.h != healthFailed {
+			t.Errorf("the call queued behind the silent round trip got %v (health %v), want a failed Redis", o.err, o.h)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the call queued behind the left round trip was not decided within a minute")
+	}
+	waitFor(t, "the lane to empty", func() bool { n, q := lane(); return n == 0 && q == 0 })
+}
+
 // TestBreakerIsPerNode fails one node: only its circuit opens.
 func TestBreakerIsPerNode(t *testing.T) {
 	b := newBreaker(2, time.Minute)
