@@ -15,21 +15,22 @@ import (
 	slidelimit "github.com/slidelimit/slidelimit/core"
 )
 
-// roundTrips counts what a client sends: pipelines and single commands.
-type roundTrips struct {
+// goredisPipelines counts what go-redis sends for a client whose
+// limiters send through it: pipelines and single commands.
+type goredisPipelines struct {
 	pipelines, pipelined, single atomic.Int64
 }
 
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *goredisPipelines) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *goredisPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.single.Add(1)
 		return next(ctx, cmd)
 	}
 }
 
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *goredisPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		// Count the limiter's pipelines only: newer go-redis versions also
 		// pipeline their own connection set-up (HELLO, CLIENT SETINFO).
@@ -42,6 +43,36 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// roundTrips counts what the limiters of one client wrote on their own
+// connections since it was made or reset: writes (round trips) and the
+// allow commands they carried.
+type roundTrips struct {
+	t             *testing.T
+	rdb           redis.Scripter
+	writes, calls int64
+}
+
+func countRoundTrips(t *testing.T, rdb redis.Scripter) *roundTrips {
+	h := &roundTrips{t: t, rdb: rdb}
+	h.reset()
+	return h
+}
+
+func (h *roundTrips) reset() {
+	h.t.Helper()
+	w, c, ok := slidelimit.WireSent(h.rdb)
+	if !ok {
+		h.t.Fatal("the client's limiters do not use connections of their own")
+	}
+	h.writes, h.calls = w, c
+}
+
+// sent returns the writes and commands since the last reset.
+func (h *roundTrips) sent() (writes, calls int64) {
+	w, c, _ := slidelimit.WireSent(h.rdb)
+	return w - h.writes, c - h.calls
 }
 
 // sink keeps the busy loops' work from being optimised away.
@@ -105,18 +136,18 @@ func burst(t *testing.T, lim *slidelimit.Limiter, identity string, callers int) 
 // the load under which the limiter used to fail open hundreds of times.
 func TestBurstIsExactOnABusyHost(t *testing.T) {
 	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
-		hook := &roundTrips{}
-		rdb.AddHook(hook)
 		lim, _ := newLimiter(t, rdb, slidelimit.Per(5, 10*time.Second), slidelimit.WithTimeout(slidelimit.DefaultTimeout))
+		hook := countRoundTrips(t, rdb)
 		busyLoops(t, 2)
 		start := time.Now()
 		admitted, fallbacks, errs := burst(t, lim, "burst", 1000)
-		t.Logf("1,000 concurrent calls, GOMAXPROCS %d, two busy loops: %d admitted, %d fallbacks in %v; %d round trips carrying %d calls, %d single commands",
-			runtime.GOMAXPROCS(0), admitted, fallbacks, time.Since(start), hook.pipelines.Load(), hook.pipelined.Load(), hook.single.Load())
+		writes, calls := hook.sent()
+		t.Logf("1,000 concurrent calls, GOMAXPROCS %d, two busy loops: %d admitted, %d fallbacks in %v; %d writes carrying %d commands",
+			runtime.GOMAXPROCS(0), admitted, fallbacks, time.Since(start), writes, calls)
 		if admitted != 5 || fallbacks != 0 || len(errs) != 0 {
 			t.Fatalf("1,000 concurrent Allow, limit 5 = %d admitted, %d fallbacks, errors %v; want 5, 0, none", admitted, fallbacks, errs)
 		}
-		if p := hook.pipelines.Load(); p > 100 {
+		if p := writes; p > 100 {
 			t.Errorf("1,000 concurrent calls took %d round trips, want them batched (at most 100)", p)
 		}
 
@@ -158,15 +189,12 @@ func TestBurstIsExactOnABusyHost(t *testing.T) {
 // a round trip of its own, never held back to wait for company.
 func TestLoneCallerIsSentAtOnce(t *testing.T) {
 	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
-		hook := &roundTrips{}
-		rdb.AddHook(hook)
 		lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(100))
 		allow(t, lim, "warm") // loads the script: EVALSHA, NOSCRIPT, EVAL
-		hook.pipelines.Store(0)
-		hook.pipelined.Store(0)
+		hook := countRoundTrips(t, rdb)
 		for i := range 10 {
 			allow(t, lim, "lone")
-			if p, c := hook.pipelines.Load(), hook.pipelined.Load(); p != int64(i+1) || c != int64(i+1) {
+			if p, c := hook.sent(); p != int64(i+1) || c != int64(i+1) {
 				t.Fatalf("after %d sequential calls: %d round trips carrying %d calls, want %d and %d", i+1, p, c, i+1, i+1)
 			}
 		}
@@ -177,10 +205,9 @@ func TestLoneCallerIsSentAtOnce(t *testing.T) {
 // on one client share round trips, and every decision stays exact.
 func TestBatchesShareRoundTrips(t *testing.T) {
 	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
-		hook := &roundTrips{}
-		rdb.AddHook(hook)
 		a, _ := newLimiter(t, rdb, slidelimit.PerMinute(50))
 		b, _ := newLimiter(t, rdb, slidelimit.PerMinute(70))
+		hook := countRoundTrips(t, rdb)
 		var wg sync.WaitGroup
 		var gotA, gotB atomic.Int64
 		for i := range 400 {
@@ -201,11 +228,12 @@ func TestBatchesShareRoundTrips(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		t.Logf("400 concurrent calls on two limiters: %d round trips", hook.pipelines.Load())
+		writes, calls := hook.sent()
+		t.Logf("400 concurrent calls on two limiters: %d writes carrying %d commands", writes, calls)
 		if gotA.Load() != 50 || gotB.Load() != 70 {
 			t.Fatalf("admitted %d and %d, want 50 and 70", gotA.Load(), gotB.Load())
 		}
-		if p := hook.pipelines.Load(); p >= 400 {
+		if p := writes; p >= 400 {
 			t.Errorf("%d round trips for 400 concurrent calls: want them shared", p)
 		}
 	})
@@ -322,7 +350,7 @@ type scripterOnly struct{ redis.Scripter }
 // pipeline: each call is a round trip of its own, as exact as batched ones.
 func TestClientWithoutPipelining(t *testing.T) {
 	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
-		hook := &roundTrips{}
+		hook := &goredisPipelines{}
 		rdb.AddHook(hook)
 		lim, _ := newLimiter(t, scripterOnly{rdb}, slidelimit.Per(5, 10*time.Second))
 		admitted, fallbacks, errs := burst(t, lim, "plain", 50)

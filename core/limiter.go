@@ -15,16 +15,18 @@ import (
 // Limiter enforces one or more limits per identity, shared by every process
 // that uses the same Redis and key prefix. It is safe for concurrent use.
 type Limiter struct {
-	client   redis.Scripter
-	bounded  bool // the client itself gives up at a context's deadline
-	cfg      config
-	suffixes []string // per limit: "}:" + Limit.String()
-	quotaArg []any    // per limit: quota, window in µs, as the script reads them
-	minQuota int
-	deny     *denyCache   // nil when WithDenyCache(0)
-	disp     *dispatcher  // nil for a client that cannot pipeline
-	brk      *breaker     // nil when disabled
-	local    *localLimits // FailLocal's log; nil under other policies
+	client    redis.Scripter
+	bounded   bool // the client itself gives up at a context's deadline
+	cfg       config
+	suffixes  []string // per limit: "}:" + Limit.String()
+	quotaArg  []any    // per limit: quota, window in µs, as the script reads them
+	quotaTail []byte   // quotaArg, encoded for the limiter's own connections
+	minQuota  int
+	deny      *denyCache   // nil when WithDenyCache(0)
+	wire      *wire        // the limiter's own connections; nil to send through go-redis
+	disp      *dispatcher  // nil for a client that cannot pipeline
+	brk       *breaker     // nil when disabled
+	local     *localLimits // FailLocal's log; nil under other policies
 }
 
 // New returns a Limiter that enforces limit, and any limits added by
@@ -70,9 +72,14 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 		seen[name] = true
 		l.suffixes = append(l.suffixes, "}:"+name)
 		l.quotaArg = append(l.quotaArg, lim.Quota, lim.Window.Microseconds())
+		l.quotaTail = appendBulkInt(l.quotaTail, int64(lim.Quota))
+		l.quotaTail = appendBulkInt(l.quotaTail, lim.Window.Microseconds())
 		l.minQuota = min(l.minQuota, lim.Quota)
 	}
-	l.disp, l.brk = dispatcherFor(client), newBreaker(cfg.failures, cfg.cooldown)
+	l.brk = newBreaker(cfg.failures, cfg.cooldown)
+	if l.wire = wireFor(client); l.wire == nil {
+		l.disp = dispatcherFor(client)
+	}
 	if cfg.policy == FailLocal {
 		l.local = newLocalLimits(cfg.limits, cfg.replicas, cfg.localCapacity)
 	}
@@ -133,15 +140,24 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 			}
 		}
 	}
-	keys, err := l.keys(identity)
+	tag, err := hashTag(identity)
 	if err != nil {
 		return l.observe(ctx, identity, n, start, Result{Limit: l.cfg.limits[0]}, err)
 	}
-	args := make([]any, 0, 3+len(l.quotaArg))
-	args = append(args, n, id, l.now())
-	args = append(args, l.quotaArg...)
-
-	reply, err := l.eval(ctx, keys, args)
+	var reply []int64
+	if l.wire != nil {
+		var c *wcall
+		c, err = l.evalWire(ctx, tag, n, id, l.now())
+		if c != nil {
+			defer l.wire.put(c)
+			reply = c.reply
+		}
+	} else {
+		args := make([]any, 0, 3+len(l.quotaArg))
+		args = append(args, n, id, l.now())
+		args = append(args, l.quotaArg...)
+		reply, err = l.eval(ctx, l.keysFor(tag), args)
+	}
 	if err != nil {
 		res, err := l.fallback(identity, n, id, fmt.Errorf("allow script: %w", err))
 		return l.observe(ctx, identity, n, start, res, err)
@@ -151,7 +167,7 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 	case err != nil:
 		res, err = l.fallback(identity, n, id, err)
 	case res.Allowed && id != "":
-		res.admitted = &admission{keys: keys, identity: identity, id: id, cost: n}
+		res.admitted = &admission{prefix: l.cfg.prefix, tag: tag, suffixes: l.suffixes, identity: identity, id: id, cost: n}
 	case !res.Allowed && l.deny != nil:
 		l.deny.store(identity, n, asked, res)
 	}
@@ -199,7 +215,7 @@ func (l *Limiter) Refund(ctx context.Context, r Result) error {
 		l.deny.forget(a.identity)
 	}
 	err := l.run(ctx, func(ctx context.Context) error {
-		return refundScript.Run(ctx, l.client, a.keys, a.id, a.cost).Err()
+		return refundScript.Run(ctx, l.client, a.keys(), a.id, a.cost).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("%w: refund script: %w", ErrUnavailable, err)
@@ -232,11 +248,13 @@ func (l *Limiter) keys(identity string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys := make([]string, len(l.suffixes))
-	for i, s := range l.suffixes {
-		keys[i] = l.cfg.prefix + "{" + tag + s
-	}
-	return keys, nil
+	return l.keysFor(tag), nil
+}
+
+// keysFor returns the key for each limit of the identity of hash tag tag.
+func (l *Limiter) keysFor(tag string) []string {
+	a := admission{prefix: l.cfg.prefix, tag: tag, suffixes: l.suffixes}
+	return a.keys()
 }
 
 // clockNow returns the deny cache's time: WithClock's clock, else wall, the

@@ -63,8 +63,19 @@ type Status struct {
 
 // admission identifies the members one admitted request recorded.
 type admission struct {
-	keys     []string // one per limit
+	prefix   string // the keys: prefix + "{" + tag + suffix, per limit
+	tag      string
+	suffixes []string // the limiter's, never changed
 	identity string   // whose deny cache entry Refund clears
 	id       string
 	cost     int
+}
+
+// keys returns the keys the request was recorded under, one per limit.
+func (a *admission) keys() []string {
+	keys := make([]string, len(a.suffixes))
+	for i, s := range a.suffixes {
+		keys[i] = a.prefix + "{" + a.tag + s
+	}
+	return keys
 }

@@ -1,0 +1,895 @@
+package slidelimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+	"weak"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The limiter's own connections.
+//
+// For a *redis.Client (Sentinel's included) and a *redis.ClusterClient the
+// limiter sends its decisions over connections of its own, dialed with the
+// client's options (its Dialer, TLS, credentials, database and client
+// name), at most maxConns per Redis node. Every call is written at once,
+// behind the calls already out on its connection (Redis answers a
+// connection in order), and callers that write together share one write.
+// Nobody waits for a batch to fill.
+//
+// Replies are read by the callers themselves: the caller whose reply is
+// next on a connection holds the reader role; it reads, delivers every
+// reply already in the buffer to its caller, and hands the role to the
+// caller whose reply is next. A lone caller so writes and reads its own
+// command with no goroutine in between, and a connection with nothing out
+// holds no goroutine.
+//
+// Nothing is allocated per call once the connections are warm: commands
+// are encoded into the connection's buffer, replies parsed into the call's
+// own slice, and calls are pooled.
+//
+// A caller whose context ends leaves at once; a reply that comes later is
+// read and dropped by whoever reads next, or by a goroutine of its own if
+// the caller held the reader role. A connection on which Redis failed to
+// answer in time, or which broke, is closed; every call out on it fails
+// with it.
+
+// maxConns is the most connections the limiter opens to one Redis node.
+const maxConns = 4
+
+// maxConnLoad is the most calls out on one connection: beyond
+// maxConns*maxConnLoad (4,608) at one instant, a node's calls are decided by
+// the policy at once, with an error wrapping ErrUnavailable.
+const maxConnLoad = (maxQueue + maxInFlight*maxBatch) / maxConns
+
+// connIdle is how long a connection may go unused before the next call to
+// its node closes it.
+const connIdle = time.Minute
+
+// pollEvery is how often a caller reading a reply checks its own context.
+const pollEvery = 5 * time.Millisecond
+
+// Call states.
+const (
+	cWaiting int32 = iota // written; waiting for its reply or the reader role
+	cReading              // holds the reader role
+	cDone                 // has its outcome
+	cGone                 // its caller left: its reply is dropped
+)
+
+// Messages to a waiting call.
+const (
+	msgDone uint8 = iota + 1
+	msgRead
+)
+
+// wcall is one command on a connection and what Redis answered.
+type wcall struct {
+	timeout  time.Duration
+	deadline int64 // UnixNano by which Redis must answer; 0: none
+	sent     int64 // UnixNano it was written
+	state    atomic.Int32
+	ch       chan uint8 // buffered: msgDone or msgRead
+
+	skip  int // replies to drop before c's own (ASKING's)
+	reply []int64
+	err   error
+	rt    uint64 // the failure's round trip, for the breaker
+
+	// The reader's view of how late Redis may answer (see roundTrip).
+	added  time.Duration
+	graced bool
+	meter  busyMeter
+}
+
+// wire is the limiter's transport for one go-redis client.
+type wire struct {
+	cluster *redis.ClusterClient // nil for a *redis.Client
+	opt     *redis.Options       // a *redis.Client's options; nil for a cluster
+	reload  *reloader
+	nodes   *wireNodes
+	calls   sync.Pool
+	closed  atomic.Pointer[uint32] // the client's closed flag (see closedFlag); nil until known
+}
+
+// wireNodes are the nodes of one wire, apart from the wire so that a
+// cleanup can close them once the wire is garbage.
+type wireNodes struct {
+	mu    sync.Mutex
+	nodes map[string]*wnode
+
+	// What the connections sent, for tests: writes, allow commands, and
+	// the allow scripts Redis ran (not those it answered NOSCRIPT).
+	writes, commands, scripts atomic.Int64
+}
+
+// wires holds one wire per client, weakly, so a client that is garbage
+// takes its connections with it.
+var wires sync.Map // weak.Pointer[redis.Client] or weak.Pointer[redis.ClusterClient] → weak.Pointer[wire]
+
+var wiresMu sync.Mutex
+
+// wireFor returns client's wire, or nil if the limiter must send through
+// go-redis: for a client that is not a *redis.Client or a
+// *redis.ClusterClient, or whose options ask for what the limiter's own
+// connections do not do (OnConnect, credentials it cannot read).
+func wireFor(client redis.Scripter) *wire {
+	var key any
+	w := &wire{nodes: &wireNodes{nodes: make(map[string]*wnode)}}
+	switch c := client.(type) {
+	case *redis.Client:
+		if !plainOptions(c.Options()) {
+			return nil
+		}
+		flag := closedFlag(c)
+		if flag == nil {
+			return nil
+		}
+		key, w.opt = weak.Make(c), c.Options()
+		w.closed.Store(flag)
+	case *redis.ClusterClient:
+		o := c.Options()
+		if o.OnConnect != nil || !plainCredentials(reflect.ValueOf(o).Elem()) {
+			return nil
+		}
+		key, w.cluster, w.reload = weak.Make(c), c, &reloader{cluster: c}
+	default:
+		return nil
+	}
+	wiresMu.Lock()
+	defer wiresMu.Unlock()
+	if v, ok := wires.Load(key); ok {
+		if existing := v.(weak.Pointer[wire]).Value(); existing != nil {
+			return existing
+		}
+	}
+	runtime.AddCleanup(w, func(n *wireNodes) { n.closeAll() }, w.nodes)
+	wires.Store(key, weak.Make(w))
+	return w
+}
+
+// closedFlag returns the flag go-redis sets when client is closed, or nil
+// if this version of go-redis keeps it where the limiter cannot find it.
+// The limiter reads it on every call, so that closing the client closes
+// the limiter's connections and fails its calls with redis.ErrClosed, as
+// the client's own commands do.
+func closedFlag(client *redis.Client) (flag *uint32) {
+	defer func() {
+		if recover() != nil {
+			flag = nil
+		}
+	}()
+	v := reflect.ValueOf(client).Elem().FieldByName("baseClient")
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return nil
+	}
+	pool := v.Elem().FieldByName("connPool")
+	if pool.Kind() != reflect.Interface || pool.IsNil() {
+		return nil
+	}
+	p := pool.Elem()
+	if p.Kind() != reflect.Pointer || p.IsNil() || p.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	f := p.Elem().FieldByName("_closed")
+	switch {
+	case f.Kind() == reflect.Uint32:
+	case f.Kind() == reflect.Struct && f.Type().Size() == 4 && f.Type().PkgPath() == "sync/atomic":
+	default:
+		return nil
+	}
+	return (*uint32)(unsafe.Pointer(f.UnsafeAddr()))
+}
+
+// isClosed reports whether the client was closed; it then closes every
+// connection of w.
+func (w *wire) isClosed() bool {
+	flag := w.closed.Load()
+	if flag == nil || atomic.LoadUint32(flag) == 0 {
+		return false
+	}
+	w.nodes.closeAll()
+	return true
+}
+
+// plainOptions reports whether the limiter's own connections can do what
+// opt asks of a connection.
+func plainOptions(opt *redis.Options) bool {
+	return opt.OnConnect == nil && opt.Dialer != nil && plainCredentials(reflect.ValueOf(opt).Elem())
+}
+
+// plainCredentials reports whether options v (a go-redis Options or
+// ClusterOptions) hold no credentials source the limiter cannot read: newer
+// go-redis versions add ones, such as a streaming provider, that it leaves
+// to go-redis.
+func plainCredentials(v reflect.Value) bool {
+	for i := 0; i < v.NumField(); i++ {
+		name := v.Type().Field(i).Name
+		if !strings.Contains(name, "Credentials") || name == "CredentialsProvider" || name == "CredentialsProviderContext" {
+			continue
+		}
+		if f := v.Field(i); !f.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// closeAll closes every connection.
+func (ns *wireNodes) closeAll() {
+	ns.mu.Lock()
+	nodes := ns.nodes
+	ns.nodes = map[string]*wnode{}
+	ns.mu.Unlock()
+	for _, n := range nodes {
+		n.closeIdle(0)
+	}
+}
+
+// node returns the node that serves tag, an identity's hash tag (it holds
+// no braces, so it hashes to its keys' slot).
+func (w *wire) node(ctx context.Context, tag string) (*wnode, error) {
+	if w.cluster == nil {
+		return w.nodeAt(w.opt.Addr, w.opt), nil
+	}
+	c, err := w.cluster.MasterForKey(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	if w.closed.Load() == nil {
+		// Closing a ClusterClient closes every node's client.
+		flag := closedFlag(c)
+		if flag == nil {
+			flag = new(uint32) // never set: the ClusterClient's own errors tell
+		}
+		w.closed.CompareAndSwap(nil, flag)
+	}
+	opt := c.Options()
+	return w.nodeAt(opt.Addr, opt), nil
+}
+
+// nodeAt returns the node at addr, dialed with opt (whose Addr is
+// ignored).
+func (w *wire) nodeAt(addr string, opt *redis.Options) *wnode {
+	ns := w.nodes
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	n := ns.nodes[addr]
+	if n == nil {
+		n = &wnode{addr: addr, opt: opt, counts: ns}
+		ns.nodes[addr] = n
+	}
+	return n
+}
+
+// anyOptions returns the options of some node of the cluster, to dial a
+// node a redirection named.
+func (w *wire) anyOptions() *redis.Options {
+	ns := w.nodes
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	for _, n := range ns.nodes {
+		return n.opt
+	}
+	return nil
+}
+
+func (w *wire) get() *wcall {
+	if c, ok := w.calls.Get().(*wcall); ok {
+		return c
+	}
+	return &wcall{ch: make(chan uint8, 1)}
+}
+
+// put returns c to the pool; only a call no connection holds any more.
+func (w *wire) put(c *wcall) {
+	c.reply, c.err, c.rt = c.reply[:0], nil, 0
+	w.calls.Put(c)
+}
+
+// wnode is one Redis node's connections.
+type wnode struct {
+	addr     string
+	opt      *redis.Options
+	counts   *wireNodes
+	answered atomic.Int64 // UnixNano of Redis's last answer on any connection
+
+	mu      sync.Mutex
+	conns   []*wconn
+	dialing chan struct{} // closed when the dial under way ends; nil if none
+	dialErr error         // the last dial's error
+}
+
+// conn returns a connection to send on: an idle one, else a new one while
+// fewer than maxConns are open, else the least loaded.
+func (n *wnode) conn(ctx context.Context, timeout time.Duration) (*wconn, error) {
+	for {
+		n.mu.Lock()
+		var best *wconn
+		for _, cn := range n.conns {
+			if best == nil || cn.load.Load() < best.load.Load() {
+				best = cn
+			}
+		}
+		if best != nil && best.load.Load() >= maxConnLoad {
+			n.mu.Unlock()
+			return nil, errQueueFull
+		}
+		if best != nil {
+			// Every connection has calls out: open one more for the next
+			// callers, and send on the least loaded meanwhile.
+			if best.load.Load() > 0 && len(n.conns) < maxConns && n.dialing == nil {
+				n.startDial(timeout)
+			}
+			n.closeIdleLocked(time.Now().UnixNano())
+			n.mu.Unlock()
+			return best, nil
+		}
+		wait := n.dialing
+		if wait == nil {
+			wait = n.startDial(timeout)
+		}
+		n.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		n.mu.Lock()
+		err := n.dialErr
+		open := len(n.conns) > 0
+		n.mu.Unlock()
+		if !open {
+			if err == nil {
+				err = errors.New("redis connection closed")
+			}
+			return nil, err
+		}
+	}
+}
+
+// startDial opens a connection on a goroutine of its own and returns the
+// channel closed when it is done. n.mu is held.
+func (n *wnode) startDial(timeout time.Duration) chan struct{} {
+	done := make(chan struct{})
+	n.dialing = done
+	go func() {
+		cn, err := n.dial(timeout)
+		n.mu.Lock()
+		n.dialing, n.dialErr = nil, err
+		if err == nil {
+			n.conns = append(n.conns, cn)
+		}
+		n.mu.Unlock()
+		close(done)
+	}()
+	return done
+}
+
+// dial opens and prepares a connection: AUTH, SELECT and CLIENT SETNAME as
+// the options ask. It gets timeout plus a margin, within the client's
+// DialTimeout: a host that does not answer is a failing Redis.
+func (n *wnode) dial(timeout time.Duration) (*wconn, error) {
+	opt := n.opt
+	bound := opt.DialTimeout
+	if bound <= 0 {
+		bound = 5 * time.Second
+	}
+	if timeout > 0 {
+		bound = min(bound, timeout+busyStep+sinceBusyAllowance())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	network := opt.Network
+	if network == "" {
+		network = "tcp"
+	}
+	nc, err := opt.Dialer(ctx, network, n.addr)
+	if err != nil {
+		return nil, err
+	}
+	cn := &wconn{node: n, nc: nc, rbuf: make([]byte, 4096)}
+	cn.used.Store(time.Now().UnixNano())
+	if err := cn.hello(ctx); err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	return cn, nil
+}
+
+// sinceBusyAllowance is what a dial may take beyond the timeout on a busy
+// host.
+func sinceBusyAllowance() time.Duration {
+	if sinceRecently().busy() {
+		return busyAllowance
+	}
+	return promptly
+}
+
+// hello sends the commands that prepare a new connection and reads their
+// replies.
+func (cn *wconn) hello(ctx context.Context) error {
+	opt := cn.node.opt
+	user, pass := opt.Username, opt.Password
+	switch {
+	case opt.CredentialsProviderContext != nil:
+		var err error
+		if user, pass, err = opt.CredentialsProviderContext(ctx); err != nil {
+			return err
+		}
+	case opt.CredentialsProvider != nil:
+		user, pass = opt.CredentialsProvider()
+	}
+	var b []byte
+	replies := 0
+	if pass != "" {
+		if user != "" {
+			b = appendCommand(b, "AUTH", user, pass)
+		} else {
+			b = appendCommand(b, "AUTH", pass)
+		}
+		replies++
+	}
+	if opt.DB != 0 {
+		b = appendCommand(b, "SELECT", strconv.Itoa(opt.DB))
+		replies++
+	}
+	if opt.ClientName != "" {
+		b = appendCommand(b, "CLIENT", "SETNAME", opt.ClientName)
+		replies++
+	}
+	if replies == 0 {
+		return nil
+	}
+	if d, ok := ctx.Deadline(); ok {
+		_ = cn.nc.SetDeadline(d)
+		defer func() { _ = cn.nc.SetDeadline(time.Time{}) }()
+	}
+	if _, err := cn.nc.Write(b); err != nil {
+		return err
+	}
+	for ; replies > 0; replies-- {
+		for {
+			k, err := skipReply(cn.rbuf[cn.r:cn.w])
+			if err != nil {
+				return err
+			}
+			if k > 0 {
+				if err := replyErr(cn.rbuf[cn.r : cn.r+k]); err != nil {
+					return err
+				}
+				cn.r += k
+				break
+			}
+			if err := cn.fill(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// closeIdleLocked closes the connections unused for connIdle. n.mu is held.
+func (n *wnode) closeIdleLocked(now int64) {
+	for i := 0; i < len(n.conns); i++ {
+		cn := n.conns[i]
+		if cn.load.Load() == 0 && now-cn.used.Load() > int64(connIdle) {
+			n.conns = append(n.conns[:i], n.conns[i+1:]...)
+			i--
+			go cn.fail(errors.New("idle"))
+		}
+	}
+}
+
+// closeIdle closes every connection unused for d.
+func (n *wnode) closeIdle(d time.Duration) {
+	n.mu.Lock()
+	var gone []*wconn
+	now := time.Now().UnixNano()
+	for i := 0; i < len(n.conns); i++ {
+		cn := n.conns[i]
+		if cn.load.Load() == 0 && now-cn.used.Load() >= int64(d) {
+			gone = append(gone, cn)
+			n.conns = append(n.conns[:i], n.conns[i+1:]...)
+			i--
+		}
+	}
+	n.mu.Unlock()
+	for _, cn := range gone {
+		cn.fail(net.ErrClosed)
+	}
+}
+
+// remove forgets cn.
+func (n *wnode) remove(cn *wconn) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, c := range n.conns {
+		if c == cn {
+			n.conns = append(n.conns[:i], n.conns[i+1:]...)
+			return
+		}
+	}
+}
+
+// wconn is one connection of the limiter's own.
+type wconn struct {
+	node *wnode
+	nc   net.Conn
+	load atomic.Int32 // calls out
+	used atomic.Int64 // UnixNano of the last write
+
+	mu       sync.Mutex
+	wbuf     []byte // commands not yet written
+	spare    []byte
+	flushing bool
+	pending  []*wcall // calls written or being written, in order
+	head     int      // pending[head] is the next reply's
+	reader   bool     // a goroutine holds the reader role
+	dead     error    // why the connection failed; nil while it works
+	deadRT   uint64
+
+	// The reader role's own.
+	rbuf []byte
+	r, w int
+}
+
+// send writes a command, encoded by enc into the write buffer, for c, and
+// returns whether c now holds the reader role. It returns an error if the
+// connection failed before.
+func (cn *wconn) send(c *wcall, enc func([]byte) []byte) (bool, error) {
+	cn.mu.Lock()
+	if cn.dead != nil {
+		cn.mu.Unlock()
+		return false, cn.dead
+	}
+	cn.wbuf = enc(cn.wbuf)
+	now := time.Now().UnixNano()
+	c.sent = now
+	if c.timeout <= 0 {
+		c.timeout = max(cn.node.opt.ReadTimeout, 0) // no timeout of the limiter's: the client's
+	}
+	c.deadline = 0
+	if c.timeout > 0 {
+		c.deadline = now + int64(c.timeout)
+	}
+	c.added, c.graced = 0, false
+	c.meter = *sinceRecently()
+	cn.pending = append(cn.pending, c)
+	cn.node.counts.commands.Add(1)
+	cn.load.Add(1)
+	cn.used.Store(now)
+	role := !cn.reader
+	if role {
+		cn.reader = true
+		c.state.Store(cReading)
+	} else {
+		c.state.Store(cWaiting)
+	}
+	big := len(cn.wbuf) >= maxUnflushed
+	cn.mu.Unlock()
+	if big {
+		cn.flush()
+	}
+	return role, nil
+}
+
+// maxUnflushed is the most bytes of commands the write buffer holds before
+// their caller writes them; below it, the reader writes them before it next
+// waits for Redis.
+const maxUnflushed = 64 << 10
+
+// writeBound is the longest a write may block: Redis not reading its
+// socket is a failure.
+const writeBound = time.Second
+
+// flush writes the buffer until it stays empty, unless another goroutine
+// is writing it.
+func (cn *wconn) flush() {
+	cn.mu.Lock()
+	if cn.flushing {
+		cn.mu.Unlock()
+		return
+	}
+	cn.flushing = true
+	cn.mu.Unlock()
+	for {
+		cn.mu.Lock()
+		if len(cn.wbuf) == 0 || cn.dead != nil {
+			cn.flushing = false
+			cn.mu.Unlock()
+			return
+		}
+		buf := cn.wbuf
+		cn.wbuf = cn.spare[:0]
+		cn.spare = nil
+		cn.mu.Unlock()
+		_ = cn.nc.SetWriteDeadline(time.Now().Add(writeBound))
+		_, err := cn.nc.Write(buf)
+		cn.node.counts.writes.Add(1)
+		cn.mu.Lock()
+		cn.spare = buf[:0]
+		cn.mu.Unlock()
+		if err != nil {
+			cn.fail(err)
+			cn.mu.Lock()
+			cn.flushing = false
+			cn.mu.Unlock()
+			return
+		}
+	}
+}
+
+// wait waits for c's reply; c was sent on cn. It returns when c has its
+// outcome, or with ctx's error when ctx ends first.
+func (cn *wconn) wait(ctx context.Context, c *wcall, role bool) error {
+	if !role {
+		select {
+		case m := <-c.ch:
+			if m == msgDone {
+				return nil
+			}
+		case <-ctx.Done():
+			if c.state.CompareAndSwap(cWaiting, cGone) {
+				return ctx.Err()
+			}
+			if m := <-c.ch; m == msgDone {
+				return nil
+			}
+			// Handed the reader role while leaving: pass it on.
+			c.state.Store(cGone)
+			go cn.read(context.Background(), nil)
+			return ctx.Err()
+		}
+	}
+	return cn.read(ctx, c)
+}
+
+// fill reads more of the connection into the read buffer.
+func (cn *wconn) fill() error {
+	if cn.r == cn.w {
+		cn.r, cn.w = 0, 0
+	} else if cn.w == len(cn.rbuf) {
+		if cn.r > 0 {
+			cn.w = copy(cn.rbuf, cn.rbuf[cn.r:cn.w])
+			cn.r = 0
+		} else {
+			grown := make([]byte, 2*len(cn.rbuf))
+			cn.w = copy(grown, cn.rbuf[cn.r:cn.w])
+			cn.r, cn.rbuf = 0, grown
+		}
+	}
+	k, err := cn.nc.Read(cn.rbuf[cn.w:])
+	cn.w += k
+	if k > 0 {
+		return nil
+	}
+	return err
+}
+
+// read holds the reader role: it delivers replies in order until self's
+// (nil for a goroutine that drains the replies of callers who left), then
+// hands the role on. It returns self's error, or ctx's if ctx ended first.
+func (cn *wconn) read(ctx context.Context, self *wcall) error {
+	for {
+		// Deliver every reply already read.
+		for {
+			cn.mu.Lock()
+			if cn.dead != nil {
+				err, rt := cn.dead, cn.deadRT
+				cn.mu.Unlock()
+				if self != nil {
+					self.err, self.rt = err, rt
+				}
+				return err
+			}
+			if cn.head == len(cn.pending) {
+				cn.reader = false
+				cn.mu.Unlock()
+				return nil // a drainer with nothing left
+			}
+			h := cn.pending[cn.head]
+			cn.mu.Unlock()
+			if h.skip > 0 {
+				// The reply of a command sent before h's own, such as ASKING.
+				k, err := skipReply(cn.rbuf[cn.r:cn.w])
+				if err != nil {
+					cn.fail(err)
+					continue
+				}
+				if k == 0 {
+					if self == nil && cn.handTo(h) {
+						return nil
+					}
+					break
+				}
+				cn.r += k
+				h.skip--
+				continue
+			}
+			k, reply, err := parseIntArray(cn.rbuf[cn.r:cn.w], h.reply[:0])
+			if k == 0 && err == nil {
+				// Incomplete: read more, or let h's caller read it.
+				if self == nil && cn.handTo(h) {
+					return nil
+				}
+				break
+			}
+			if k == 0 {
+				cn.fail(err) // unreadable
+				continue
+			}
+			cn.r += k
+			cn.node.answered.Store(time.Now().UnixNano())
+			cn.mu.Lock()
+			cn.pending[cn.head] = nil
+			cn.head++
+			if cn.head == len(cn.pending) {
+				cn.pending, cn.head = cn.pending[:0], 0
+			}
+			cn.load.Add(-1)
+			if h == self {
+				self.reply, self.err = reply, err
+				cn.pass()
+				cn.mu.Unlock()
+				return err
+			}
+			cn.mu.Unlock()
+			if h.state.CompareAndSwap(cWaiting, cDone) {
+				h.reply, h.err = reply, err
+				h.ch <- msgDone
+			}
+		}
+		if err := cn.readMore(ctx, self); err != nil {
+			return err
+		}
+	}
+}
+
+// handTo hands a drainer's reader role to h, the call whose reply is next,
+// if its caller still waits.
+func (cn *wconn) handTo(h *wcall) bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.dead == nil && h.state.CompareAndSwap(cWaiting, cReading) {
+		h.ch <- msgRead
+		return true
+	}
+	return false
+}
+
+// pass hands the reader role to the caller whose reply is next, or to a
+// goroutine of its own if that caller left, or gives it up if no reply is
+// due. cn.mu is held.
+func (cn *wconn) pass() {
+	if cn.head == len(cn.pending) {
+		cn.reader = false
+		return
+	}
+	h := cn.pending[cn.head]
+	if h.state.CompareAndSwap(cWaiting, cReading) {
+		h.ch <- msgRead
+		return
+	}
+	go func() { _ = cn.read(context.Background(), nil) }()
+}
+
+// readMore reads from the connection for the reply due next, bounding
+// Redis's silence by that call's deadline (see roundTrip for how a busy
+// process or host extends it). It returns nil once bytes came, or the
+// error that ends self's wait.
+func (cn *wconn) readMore(ctx context.Context, self *wcall) error {
+	cn.mu.Lock()
+	if cn.head == len(cn.pending) || cn.dead != nil {
+		cn.mu.Unlock()
+		return nil
+	}
+	h := cn.pending[cn.head]
+	cn.mu.Unlock()
+	for {
+		dl := h.deadline
+		next := dl
+		if self != nil && ctx.Done() != nil {
+			if poll := time.Now().Add(pollEvery).UnixNano(); next == 0 || poll < next {
+				next = poll
+			}
+		}
+		var t time.Time
+		if next != 0 {
+			t = time.Unix(0, next)
+		}
+		// The commands written since the last read go out together, now,
+		// while the reader waits for Redis.
+		cn.flush()
+		_ = cn.nc.SetReadDeadline(t)
+		err := cn.fill()
+		if err == nil {
+			return nil
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			cn.fail(err)
+			return nil // read delivers the failure
+		}
+		if self != nil && ctx.Err() != nil {
+			// The caller leaves; a goroutine of its own reads on.
+			self.state.Store(cGone)
+			go func() { _ = cn.read(context.Background(), nil) }()
+			return ctx.Err()
+		}
+		now := time.Now().UnixNano()
+		if dl == 0 || now < dl {
+			continue
+		}
+		late := time.Duration(now - next)
+		if h.meter.busy() {
+			late = max(late, busyStep)
+		}
+		answered := cn.node.answered.Load()
+		switch {
+		case now-answered < int64(h.timeout) && answered > h.sent:
+			// Redis answers other connections, and this one waits behind
+			// them in Redis: busy, not failing.
+			h.deadline = answered + int64(h.timeout)
+		case late > promptly && h.added < busyAllowance:
+			h.added += late
+			h.deadline = now + int64(late)
+		case !h.graced:
+			h.graced = true
+			h.deadline = now + int64(promptly)
+		default:
+			cn.fail(errNoAnswer)
+			return nil
+		}
+	}
+}
+
+// fail closes cn for cause: every call out on it fails with cause, as one
+// failed round trip.
+func (cn *wconn) fail(cause error) {
+	cn.mu.Lock()
+	if cn.dead != nil {
+		cn.mu.Unlock()
+		return
+	}
+	rt := roundTrips.Add(1)
+	cn.dead, cn.deadRT = cause, rt
+	calls := cn.pending[cn.head:]
+	cn.pending, cn.head = nil, 0
+	cn.load.Store(0)
+	cn.mu.Unlock()
+	_ = cn.nc.Close()
+	cn.node.remove(cn)
+	for _, c := range calls {
+		if c.state.CompareAndSwap(cWaiting, cDone) {
+			c.err, c.rt = cause, rt
+			c.ch <- msgDone
+		}
+	}
+}
+
+// staleConn reports whether err is the failure of a connection that may
+// have gone stale while idle (closed by Redis, a restart or a proxy), so
+// that the call is worth sending once more on a fresh one.
+func staleConn(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op == "dial" {
+		return false
+	}
+	s := oe.Err.Error()
+	return strings.Contains(s, "reset") || strings.Contains(s, "broken pipe")
+}

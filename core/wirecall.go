@@ -1,0 +1,173 @@
+package slidelimit
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// appendAllow appends the allow script's command for the identity of hash
+// tag tag: EVALSHA, or EVAL with the whole script when Redis does not know
+// it; the same KEYS and ARGV as the go-redis path sends.
+func (l *Limiter) appendAllow(b []byte, eval bool, tag string, n int, id, now string) []byte {
+	nk := len(l.suffixes)
+	b = appendArrayHeader(b, 3+nk+3+2*nk)
+	if eval {
+		b = appendBulk(b, "EVAL")
+		b = appendBulk(b, allowSource)
+	} else {
+		b = appendBulk(b, "EVALSHA")
+		b = appendBulk(b, allowScript.Hash())
+	}
+	b = appendBulkInt(b, int64(nk))
+	for _, s := range l.suffixes {
+		b = appendBulkHeader(b, len(l.cfg.prefix)+1+len(tag)+len(s))
+		b = append(b, l.cfg.prefix...)
+		b = append(b, '{')
+		b = append(b, tag...)
+		b = append(b, s...)
+		b = append(b, '\r', '\n')
+	}
+	b = appendBulkInt(b, int64(n))
+	b = appendBulk(b, id)
+	b = appendBulk(b, now)
+	return append(b, l.quotaTail...)
+}
+
+// evalWire runs the allow script for the identity of hash tag tag over the
+// limiter's own connections, and feeds the breaker what Redis's answer
+// told. It resends by EVAL what Redis answered NOSCRIPT, follows MOVED
+// and ASK, retries CLUSTERDOWN and TRYAGAIN briefly, and sends once more
+// on a fresh connection a call whose connection had gone stale.
+//
+// It returns the call holding the reply, or nil; the caller gives it back
+// with l.wire.put once done with the reply.
+func (l *Limiter) evalWire(ctx context.Context, tag string, n int, id, now string) (*wcall, error) {
+	w := l.wire
+	node, err := w.node(ctx, tag)
+	if err != nil {
+		w.reload.maybe()
+		return nil, err
+	}
+	if w.isClosed() {
+		return nil, redis.ErrClosed
+	}
+	probe, err := l.brk.admit(node.addr)
+	if err != nil {
+		return nil, err
+	}
+	c := w.get()
+	eval, asking, fresh := false, false, false
+	for attempt := 0; ; attempt++ {
+		c.timeout = l.cfg.timeout
+		var left bool
+		left, err = l.sendWire(ctx, node, c, eval, asking, tag, n, id, now)
+		asking = false
+		if left {
+			// The caller left; a connection may still hold c.
+			h := healthUnknown
+			l.brk.record(node.addr, 0, h, probe)
+			return nil, err
+		}
+		if err == nil {
+			break
+		}
+		switch {
+		case isNoScript(err) && !eval:
+			eval = true
+			continue
+		case retryableReply(err) && attempt < len(retryDelays) && c.before(retryDelays[attempt]):
+			w.reload.maybe()
+			if sleepCtx(ctx, retryDelays[attempt]) == nil {
+				continue
+			}
+		case redirect(err) && attempt < 3:
+			w.reload.maybe()
+			if addr := redirectAddr(err); addr != "" {
+				opt := node.opt
+				node = w.nodeAt(addr, opt)
+				asking = redis.HasErrorPrefix(err, "ASK")
+				continue
+			}
+		case staleConn(err) && !fresh && ctx.Err() == nil:
+			fresh = true
+			continue
+		}
+		break
+	}
+	h := classify(err)
+	if ctx.Err() != nil && err != nil {
+		h = healthUnknown // the caller's context ended: that says nothing about Redis
+	}
+	if shouldReload(err) {
+		w.reload.maybe()
+	}
+	l.brk.record(node.addr, c.rt, h, probe)
+	return c, err
+}
+
+// sendWire sends one allow command for c to node and waits for its reply.
+// It reports whether the caller left before the reply (ctx ended).
+func (l *Limiter) sendWire(ctx context.Context, node *wnode, c *wcall, eval, asking bool, tag string, n int, id, now string) (bool, error) {
+	for tries := 0; ; tries++ {
+		cn, err := node.conn(ctx, c.timeout)
+		if err != nil {
+			c.rt = roundTrips.Add(1)
+			return ctx.Err() != nil, err
+		}
+		c.skip = 0
+		if asking {
+			c.skip = 1
+		}
+		role, err := cn.send(c, func(b []byte) []byte {
+			if asking {
+				b = appendCommand(b, "ASKING")
+			}
+			return l.appendAllow(b, eval, tag, n, id, now)
+		})
+		if err != nil {
+			if tries < 2 {
+				continue // the connection failed just now: take another
+			}
+			c.rt = roundTrips.Add(1)
+			return false, err
+		}
+		if err := cn.wait(ctx, c, role); err != nil && c.state.Load() == cGone {
+			return true, err
+		}
+		var rerr replyError
+		if c.err == nil || errors.As(c.err, &rerr) && !isNoScript(c.err) {
+			node.counts.scripts.Add(1)
+		}
+		if c.err != nil && needsNewConn(c.err) {
+			// A replica answering for a primary that failed over: the next
+			// dial finds the new one.
+			cn.fail(c.err)
+		}
+		return false, c.err
+	}
+}
+
+// needsNewConn reports whether err says the connection's server is no
+// longer the primary.
+func needsNewConn(err error) bool {
+	return redis.HasErrorPrefix(err, "READONLY") || redis.HasErrorPrefix(err, "MASTERDOWN")
+}
+
+// redirectAddr returns the address of a MOVED or ASK reply.
+func redirectAddr(err error) string {
+	f := strings.Fields(err.Error())
+	if len(f) != 3 {
+		return ""
+	}
+	return f[2]
+}
+
+// before reports whether c can wait d and still be sent within its
+// deadline.
+func (c *wcall) before(d time.Duration) bool {
+	return c.deadline == 0 || time.Now().Add(d).UnixNano() < c.deadline
+}
