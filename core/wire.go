@@ -3,6 +3,7 @@ package slidelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"reflect"
@@ -100,7 +101,6 @@ type wire struct {
 	reload  *reloader
 	nodes   *wireNodes
 	calls   sync.Pool
-	closed  atomic.Pointer[uint32] // the client's closed flag (see closedFlag); nil until known
 }
 
 // wireNodes are the nodes of one wire, apart from the wire so that a
@@ -108,6 +108,9 @@ type wire struct {
 type wireNodes struct {
 	mu    sync.Mutex
 	nodes map[string]*wnode
+
+	closed   atomic.Pointer[uint32] // the client's closed flag (see closedFlag); nil until known
+	watching bool                   // watch runs; under mu
 
 	// What the connections sent, for tests: writes, allow commands, and
 	// the allow scripts Redis ran (not those it answered NOSCRIPT).
@@ -137,7 +140,7 @@ func wireFor(client redis.Scripter) *wire {
 			return nil
 		}
 		key, w.opt = weak.Make(c), c.Options()
-		w.closed.Store(flag)
+		w.nodes.closed.Store(flag)
 	case *redis.ClusterClient:
 		o := c.Options()
 		if o.OnConnect != nil || !plainCredentials(reflect.ValueOf(o).Elem()) {
@@ -195,8 +198,7 @@ func closedFlag(client *redis.Client) (flag *uint32) {
 // isClosed reports whether the client was closed; it then closes every
 // connection of w.
 func (w *wire) isClosed() bool {
-	flag := w.closed.Load()
-	if flag == nil || atomic.LoadUint32(flag) == 0 {
+	if !w.nodes.clientClosed() {
 		return false
 	}
 	w.nodes.closeAll()
@@ -226,14 +228,69 @@ func plainCredentials(v reflect.Value) bool {
 	return true
 }
 
-// closeAll closes every connection.
+// clientClosed reports whether the client was closed.
+func (ns *wireNodes) clientClosed() bool {
+	flag := ns.closed.Load()
+	return flag != nil && atomic.LoadUint32(flag) != 0
+}
+
+// watchEvery is how often watch looks at the connections.
+const watchEvery = 100 * time.Millisecond
+
+// watch runs while ns has connections: it closes them all once the client
+// is closed, and each once it has been unused for connIdle. It holds no
+// reference to the wire, which may so become garbage and close them too.
+func (ns *wireNodes) watch() {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for range t.C {
+		if ns.clientClosed() {
+			ns.closeAll()
+		}
+		ns.mu.Lock()
+		nodes := make([]*wnode, 0, len(ns.nodes))
+		for _, n := range ns.nodes {
+			nodes = append(nodes, n)
+		}
+		ns.mu.Unlock()
+		open := 0
+		for _, n := range nodes {
+			open += n.closeIdle(connIdle)
+		}
+		ns.mu.Lock()
+		if open == 0 {
+			ns.watching = false
+			ns.mu.Unlock()
+			return
+		}
+		ns.mu.Unlock()
+	}
+}
+
+// opened starts watch unless it runs.
+func (ns *wireNodes) opened() {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if !ns.watching {
+		ns.watching = true
+		go ns.watch()
+	}
+}
+
+// closeAll closes every connection; the calls out on them fail.
 func (ns *wireNodes) closeAll() {
 	ns.mu.Lock()
 	nodes := ns.nodes
 	ns.nodes = map[string]*wnode{}
 	ns.mu.Unlock()
 	for _, n := range nodes {
-		n.closeIdle(0)
+		n.mu.Lock()
+		conns := n.conns
+		n.conns = nil
+		n.mu.Unlock()
+		for _, cn := range conns {
+			cn.fail(redis.ErrClosed)
+		}
 	}
 }
 
@@ -247,13 +304,13 @@ func (w *wire) node(ctx context.Context, tag string) (*wnode, error) {
 	if err != nil {
 		return nil, err
 	}
-	if w.closed.Load() == nil {
+	if w.nodes.closed.Load() == nil {
 		// Closing a ClusterClient closes every node's client.
 		flag := closedFlag(c)
 		if flag == nil {
 			flag = new(uint32) // never set: the ClusterClient's own errors tell
 		}
-		w.closed.CompareAndSwap(nil, flag)
+		w.nodes.closed.CompareAndSwap(nil, flag)
 	}
 	opt := c.Options()
 	return w.nodeAt(opt.Addr, opt), nil
@@ -308,12 +365,16 @@ type wnode struct {
 	mu      sync.Mutex
 	conns   []*wconn
 	dialing chan struct{} // closed when the dial under way ends; nil if none
+	dialRT  uint64        // the dial's round trip, for the breaker
 	dialErr error         // the last dial's error
 }
 
 // conn returns a connection to send on: an idle one, else a new one while
-// fewer than maxConns are open, else the least loaded.
-func (n *wnode) conn(ctx context.Context, timeout time.Duration) (*wconn, error) {
+// fewer than maxConns are open, else the least loaded. While the node has
+// no connection, callers wait for the one being dialed as long as they
+// would wait for Redis's answer (see readMore); a failed dial fails them as
+// one round trip, rt.
+func (n *wnode) conn(ctx context.Context, timeout time.Duration) (cn *wconn, rt uint64, err error) {
 	for {
 		n.mu.Lock()
 		var best *wconn
@@ -324,27 +385,24 @@ func (n *wnode) conn(ctx context.Context, timeout time.Duration) (*wconn, error)
 		}
 		if best != nil && best.load.Load() >= maxConnLoad {
 			n.mu.Unlock()
-			return nil, errQueueFull
+			return nil, 0, errQueueFull
 		}
 		if best != nil {
 			// Every connection has calls out: open one more for the next
 			// callers, and send on the least loaded meanwhile.
 			if best.load.Load() > 0 && len(n.conns) < maxConns && n.dialing == nil {
-				n.startDial(timeout)
+				n.startDial()
 			}
-			n.closeIdleLocked(time.Now().UnixNano())
 			n.mu.Unlock()
-			return best, nil
+			return best, 0, nil
 		}
-		wait := n.dialing
+		wait, rt := n.dialing, n.dialRT
 		if wait == nil {
-			wait = n.startDial(timeout)
+			wait, rt = n.startDial(), n.dialRT
 		}
 		n.mu.Unlock()
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := waitDial(ctx, wait, timeout); err != nil {
+			return nil, rt, err
 		}
 		n.mu.Lock()
 		err := n.dialErr
@@ -352,42 +410,85 @@ func (n *wnode) conn(ctx context.Context, timeout time.Duration) (*wconn, error)
 		n.mu.Unlock()
 		if !open {
 			if err == nil {
-				err = errors.New("redis connection closed")
+				err = net.ErrClosed
 			}
-			return nil, err
+			return nil, rt, err
 		}
+	}
+}
+
+// errNoConn is the failure of a call that found no connection to its
+// Redis node within its timeout.
+var errNoConn = fmt.Errorf("no connection to redis within the timeout: %w", context.DeadlineExceeded)
+
+// waitDial waits for done, a dial's end, for as long as a call may wait for
+// Redis: timeout, extended while this process or host is busy (see
+// readMore); or until ctx ends.
+func waitDial(ctx context.Context, done <-chan struct{}, timeout time.Duration) error {
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout + promptly)
+		defer t.Stop()
+		expired = t.C
+		meter := sinceRecently()
+		var added time.Duration
+		for {
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-expired:
+				if added < busyAllowance && meter.busy() {
+					added += busyStep
+					t.Reset(busyStep)
+					continue
+				}
+				return errNoConn
+			}
+		}
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
 // startDial opens a connection on a goroutine of its own and returns the
 // channel closed when it is done. n.mu is held.
-func (n *wnode) startDial(timeout time.Duration) chan struct{} {
+func (n *wnode) startDial() chan struct{} {
 	done := make(chan struct{})
-	n.dialing = done
+	n.dialing, n.dialRT = done, roundTrips.Add(1)
 	go func() {
-		cn, err := n.dial(timeout)
+		cn, err := n.dial()
 		n.mu.Lock()
 		n.dialing, n.dialErr = nil, err
 		if err == nil {
 			n.conns = append(n.conns, cn)
 		}
 		n.mu.Unlock()
+		if err == nil {
+			n.counts.opened()
+		}
 		close(done)
 	}()
 	return done
 }
 
-// dial opens and prepares a connection: AUTH, SELECT and CLIENT SETNAME as
-// the options ask. It gets timeout plus a margin, within the client's
-// DialTimeout: a host that does not answer is a failing Redis.
-func (n *wnode) dial(timeout time.Duration) (*wconn, error) {
+// dial opens and prepares a connection, within the client's DialTimeout:
+// AUTH, SELECT and CLIENT SETNAME as the options ask.
+func (n *wnode) dial() (*wconn, error) {
 	opt := n.opt
 	bound := opt.DialTimeout
 	if bound <= 0 {
 		bound = 5 * time.Second
-	}
-	if timeout > 0 {
-		bound = min(bound, timeout+busyStep+sinceBusyAllowance())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
@@ -406,15 +507,6 @@ func (n *wnode) dial(timeout time.Duration) (*wconn, error) {
 		return nil, err
 	}
 	return cn, nil
-}
-
-// sinceBusyAllowance is what a dial may take beyond the timeout on a busy
-// host.
-func sinceBusyAllowance() time.Duration {
-	if sinceRecently().busy() {
-		return busyAllowance
-	}
-	return promptly
 }
 
 // hello sends the commands that prepare a new connection and reads their
@@ -480,20 +572,9 @@ func (cn *wconn) hello(ctx context.Context) error {
 	return nil
 }
 
-// closeIdleLocked closes the connections unused for connIdle. n.mu is held.
-func (n *wnode) closeIdleLocked(now int64) {
-	for i := 0; i < len(n.conns); i++ {
-		cn := n.conns[i]
-		if cn.load.Load() == 0 && now-cn.used.Load() > int64(connIdle) {
-			n.conns = append(n.conns[:i], n.conns[i+1:]...)
-			i--
-			go cn.fail(errors.New("idle"))
-		}
-	}
-}
-
-// closeIdle closes every connection unused for d.
-func (n *wnode) closeIdle(d time.Duration) {
+// closeIdle closes every connection unused for d, and returns how many
+// stay open or are being dialed.
+func (n *wnode) closeIdle(d time.Duration) int {
 	n.mu.Lock()
 	var gone []*wconn
 	now := time.Now().UnixNano()
@@ -505,10 +586,15 @@ func (n *wnode) closeIdle(d time.Duration) {
 			i--
 		}
 	}
+	open := len(n.conns)
+	if n.dialing != nil {
+		open++
+	}
 	n.mu.Unlock()
 	for _, cn := range gone {
 		cn.fail(net.ErrClosed)
 	}
+	return open
 }
 
 // remove forgets cn.
@@ -849,15 +935,57 @@ func (cn *wconn) readMore(ctx context.Context, self *wcall) error {
 			h.graced = true
 			h.deadline = now + int64(promptly)
 		default:
-			cn.fail(errNoAnswer)
+			cn.abandon()
 			return nil
 		}
 	}
 }
 
+// drainBound is how long an abandoned connection waits for the replies
+// still due before it is closed.
+const drainBound = 3 * time.Second
+
+// abandon fails every call out on cn with errNoAnswer, as one failed round
+// trip, and takes cn out of use; a goroutine of its own reads the replies
+// still due, for up to drainBound, before closing it. Closing it at once
+// would leave Redis, or a proxy between, writing replies nobody reads. Only
+// the reader role calls it.
+func (cn *wconn) abandon() {
+	cn.mu.Lock()
+	due := 0
+	for _, c := range cn.pending[cn.head:] {
+		due += 1 + c.skip
+	}
+	cn.mu.Unlock()
+	cn.failAnd(errNoAnswer, false)
+	go func() {
+		defer cn.nc.Close()
+		_ = cn.nc.SetReadDeadline(time.Now().Add(drainBound))
+		for due > 0 {
+			k, err := skipReply(cn.rbuf[cn.r:cn.w])
+			if err != nil {
+				return
+			}
+			if k > 0 {
+				cn.r += k
+				due--
+				continue
+			}
+			if cn.fill() != nil {
+				return
+			}
+		}
+	}()
+}
+
 // fail closes cn for cause: every call out on it fails with cause, as one
 // failed round trip.
 func (cn *wconn) fail(cause error) {
+	cn.failAnd(cause, true)
+}
+
+// failAnd is fail, closing the connection only if close is set.
+func (cn *wconn) failAnd(cause error, close bool) {
 	cn.mu.Lock()
 	if cn.dead != nil {
 		cn.mu.Unlock()
@@ -869,7 +997,9 @@ func (cn *wconn) fail(cause error) {
 	cn.pending, cn.head = nil, 0
 	cn.load.Store(0)
 	cn.mu.Unlock()
-	_ = cn.nc.Close()
+	if close {
+		_ = cn.nc.Close()
+	}
 	cn.node.remove(cn)
 	for _, c := range calls {
 		if c.state.CompareAndSwap(cWaiting, cDone) {

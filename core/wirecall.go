@@ -113,10 +113,10 @@ func (l *Limiter) evalWire(ctx context.Context, tag string, n int, id, now strin
 // It reports whether the caller left before the reply (ctx ended).
 func (l *Limiter) sendWire(ctx context.Context, node *wnode, c *wcall, eval, asking bool, tag string, n int, id, now string) (bool, error) {
 	for tries := 0; ; tries++ {
-		cn, err := node.conn(ctx, c.timeout)
+		cn, rt, err := node.conn(ctx, c.timeout)
 		if err != nil {
-			c.rt = roundTrips.Add(1)
-			return ctx.Err() != nil, err
+			c.rt = rt
+			return false, err
 		}
 		c.skip = 0
 		if asking {

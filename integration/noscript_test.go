@@ -1,8 +1,9 @@
 package integration
 
 import (
+	"bytes"
 	"context"
-	"strings"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,8 +16,9 @@ import (
 // TestNoScriptRecovery flushes Redis's script cache (SCRIPT FLUSH, on every
 // primary of a cluster) again and again while 16 goroutines share one
 // limit, as a restart, failover or new shard would. Every call must still be
-// decided by Redis, with no error, and the count must stay exact. A hook
-// counts the NOSCRIPT replies, to prove the flushes hit calls in flight.
+// decided by Redis, with no error, and the count must stay exact. The
+// client's connections count the NOSCRIPT replies, to prove the flushes hit
+// calls in flight.
 func TestNoScriptRecovery(t *testing.T) {
 	const (
 		quota      = 200
@@ -28,9 +30,8 @@ func TestNoScriptRecovery(t *testing.T) {
 	for _, be := range backends() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			rdb := be.client(t)
 			noscript := &noscriptCounter{}
-			rdb.AddHook(noscript)
+			rdb := dropClient(t, targetOf(t, be.client(t)), noscript.dial)
 			prefix := testPrefix(t)
 			const identity = "flushed"
 
@@ -92,33 +93,35 @@ func TestNoScriptRecovery(t *testing.T) {
 	}
 }
 
-// noscriptCounter is a go-redis hook that counts EVALSHA calls answered
-// NOSCRIPT, whether sent alone or in a pipeline (the limiter batches
-// concurrent calls into pipelines).
+// noscriptCounter counts the NOSCRIPT replies Redis sends on the
+// connections it dials, whoever reads them: go-redis or the limiter's own
+// connections.
 type noscriptCounter struct{ n atomic.Int64 }
 
-func (h *noscriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *noscriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		h.count(cmd)
-		return err
+func (h *noscriptCounter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
 	}
+	return &noscriptConn{Conn: c, n: &h.n}, nil
 }
 
-func (h *noscriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, cmd := range cmds {
-			h.count(cmd)
-		}
-		return err
-	}
+// noscriptConn counts the NOSCRIPT error replies it reads.
+type noscriptConn struct {
+	net.Conn
+	n    *atomic.Int64
+	tail []byte // the end of the last read, in case a reply is split
 }
 
-func (h *noscriptCounter) count(cmd redis.Cmder) {
-	if err := cmd.Err(); cmd.Name() == "evalsha" && err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		h.n.Add(1)
-	}
+var noscriptReply = []byte("-NOSCRIPT")
+
+func (c *noscriptConn) Read(p []byte) (int, error) {
+	k, err := c.Conn.Read(p)
+	seen := append(c.tail, p[:k]...)
+	c.n.Add(int64(bytes.Count(seen, noscriptReply)))
+	// Keep what could begin a reply cut by the next read, and nothing
+	// already counted.
+	keep := min(len(seen), len(noscriptReply)-1)
+	c.tail = append(c.tail[:0], seen[len(seen)-keep:]...)
+	return k, err
 }

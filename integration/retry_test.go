@@ -130,7 +130,7 @@ type dropConn struct {
 var evalshaCommand = []byte("\r\nevalsha\r\n")
 
 func (c *dropConn) Write(p []byte) (int, error) {
-	if bytes.Contains(p, evalshaCommand) && c.d.take() {
+	if bytes.Contains(bytes.ToLower(p), evalshaCommand) && c.d.take() {
 		c.drop = true
 	}
 	return c.Conn.Write(p)
