@@ -402,7 +402,10 @@ func (n *wnode) conn(ctx context.Context, timeout time.Duration) (cn *wconn, rt 
 		}
 		n.mu.Unlock()
 		if err := waitDial(ctx, wait, timeout); err != nil {
-			return nil, rt, err
+			// Each caller that gave up on the dial is a failed round trip
+			// of its own: a dial that never ends must still open the
+			// breaker.
+			return nil, roundTrips.Add(1), err
 		}
 		n.mu.Lock()
 		err := n.dialErr
@@ -509,7 +512,8 @@ func (n *wnode) dial() (*wconn, error) {
 	return cn, nil
 }
 
-// hello sends the commands that prepare a new connection and reads their
+// hello sends the commands that prepare a new connection, AUTH, SELECT
+// and CLIENT SETNAME as the options ask, and SCRIPT LOAD; and reads their
 // replies.
 func (cn *wconn) hello(ctx context.Context) error {
 	opt := cn.node.opt
@@ -541,9 +545,12 @@ func (cn *wconn) hello(ctx context.Context) error {
 		b = appendCommand(b, "CLIENT", "SETNAME", opt.ClientName)
 		replies++
 	}
-	if replies == 0 {
-		return nil
-	}
+	// Load the allow script, so that calls on a new connection (a first
+	// use, a restarted or promoted Redis) meet no NOSCRIPT. Its error is
+	// not the connection's: a Redis that refuses SCRIPT LOAD gets the
+	// script by EVAL at the first NOSCRIPT.
+	b = appendCommand(b, "SCRIPT", "LOAD", allowSource)
+	replies++
 	if d, ok := ctx.Deadline(); ok {
 		_ = cn.nc.SetDeadline(d)
 		defer func() { _ = cn.nc.SetDeadline(time.Time{}) }()
@@ -558,7 +565,7 @@ func (cn *wconn) hello(ctx context.Context) error {
 				return err
 			}
 			if k > 0 {
-				if err := replyErr(cn.rbuf[cn.r : cn.r+k]); err != nil {
+				if err := replyErr(cn.rbuf[cn.r : cn.r+k]); err != nil && replies > 1 {
 					return err
 				}
 				cn.r += k
