@@ -151,7 +151,7 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 	case err != nil:
 		res, err = l.fallback(identity, n, id, err)
 	case res.Allowed && id != "":
-		res.admitted = &admission{keys: keys, identity: identity, id: id, cost: n}
+		res.d.admitted = admission{from: l, identity: identity, id: id, cost: n}
 	case !res.Allowed && l.deny != nil:
 		l.deny.store(identity, n, asked, res)
 	}
@@ -163,7 +163,8 @@ func (l *Limiter) result(reply []int64) (Result, error) {
 	if len(reply) != 2+3*len(l.cfg.limits) {
 		return Result{}, fmt.Errorf("allow script: unexpected reply %v", reply)
 	}
-	res := Result{Allowed: reply[0] == 1, Statuses: make([]Status, len(l.cfg.limits))}
+	res := Result{Allowed: reply[0] == 1}
+	res.d, res.Statuses = newDecision(len(l.cfg.limits))
 	decider := 0
 	for i, lim := range l.cfg.limits {
 		v := reply[2+3*i:]
@@ -191,15 +192,19 @@ func (l *Limiter) result(reply []int64) (Result, error) {
 // The Result carries its keys, so it is refunded where it was recorded even
 // if l is another limiter on the same client. Errors wrap ErrUnavailable.
 func (l *Limiter) Refund(ctx context.Context, r Result) error {
-	a := r.admitted
-	if a == nil {
+	if r.d == nil || r.d.admitted.from == nil {
 		return nil
+	}
+	a := r.d.admitted
+	keys, err := a.from.keys(a.identity)
+	if err != nil {
+		return err // not reached: the identity made these keys before
 	}
 	if l.deny != nil {
 		l.deny.forget(a.identity)
 	}
-	err := l.run(ctx, func(ctx context.Context) error {
-		return refundScript.Run(ctx, l.client, a.keys, a.id, a.cost).Err()
+	err = l.run(ctx, func(ctx context.Context) error {
+		return refundScript.Run(ctx, l.client, keys, a.id, a.cost).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("%w: refund script: %w", ErrUnavailable, err)
