@@ -210,7 +210,7 @@ func (h Headers) SetHeader(r Result, header map[string][]string) {
 
 // fieldBufSize is the room for header values in a decision; longer ones
 // (many limits, long names) grow onto the heap.
-const fieldBufSize = 160
+const fieldBufSize = 128
 
 // fieldScratch is the memory of the header fields of one Result, written
 // once: by the first writer that claims it.
