@@ -186,10 +186,10 @@ func (h Headers) format(r Result, buf []byte) headerFields {
 // order. Names are in canonical MIME form; gRPC callers lower-case them.
 // The values may be kept: nothing writes their bytes again.
 func (h Headers) Write(r Result, set func(name, value string)) {
-	f, sc := h.formatOnce(r)
+	f, _ := h.formatOnce(r)
 	for i := range f.n {
 		name, v := f.field(i)
-		set(name, sc.keep(v))
+		set(name, keep(v))
 	}
 }
 
@@ -203,7 +203,7 @@ func (h Headers) SetHeader(r Result, header map[string][]string) {
 	f, sc := h.formatOnce(r)
 	for i := range f.n {
 		_, v := f.field(i)
-		sc.vals[i] = sc.keep(v)
+		sc.vals[i] = keep(v)
 		header[httpFieldNames[f.which[i]]] = sc.vals[i : i+1 : i+1]
 	}
 }
@@ -236,9 +236,9 @@ func (h Headers) formatOnce(r Result) (headerFields, *fieldScratch) {
 	return h.format(r, sc.buf[:0]), sc
 }
 
-// keep returns v, formatted into sc and never written again, as a string
-// without copying it.
-func (sc *fieldScratch) keep(v []byte) string {
+// keep returns v, bytes that nothing writes again, as a string without
+// copying them.
+func keep(v []byte) string {
 	return unsafe.String(unsafe.SliceData(v), len(v))
 }
 
