@@ -187,8 +187,9 @@ func (l *Limiter) result(reply []int64) (Result, error) {
 // never been made, so that, for example, requests that fail need not count.
 // It removes exactly the members the request recorded: refunding twice, or
 // refunding a Result that was not admitted or was a Fallback, does nothing.
-// The Result carries its keys, so it is refunded where it was recorded even
-// if l is another limiter on the same client. Errors wrap ErrUnavailable.
+// The Result knows the limiter that recorded it, and so its keys: it is
+// refunded where it was recorded even if l is another limiter on the same
+// client. Errors wrap ErrUnavailable.
 func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	if r.d == nil || r.d.admitted.from == nil {
 		return nil
