@@ -125,7 +125,8 @@ func (c *denyCache) store(identity string, n int, at time.Time, res Result) {
 			delete(s.entries, victim)
 		}
 	}
-	res.Statuses = append([]Status(nil), res.Statuses...)
+	// The entry keeps a copy of the Statuses, not the caller's decision.
+	res.Statuses, res.d = append([]Status(nil), res.Statuses...), nil
 	d.res = res
 	s.entries[identity] = d
 }

@@ -30,15 +30,23 @@ func IPIdentity(ip string, ipv6Prefix int) string {
 	if err != nil {
 		return "ip:" + ip
 	}
+	return addrIdentity(addr, ipv6Prefix)
+}
+
+// addrIdentity returns IPIdentity(addr.String(), ipv6Prefix) for a valid
+// addr, formatted with one allocation: the identity's own.
+func addrIdentity(addr netip.Addr, ipv6Prefix int) string {
+	var buf [64]byte // "ip:" and an IPv6 network with its length
+	b := append(buf[:0], "ip:"...)
 	addr = addr.Unmap()
 	if addr.Is4() {
-		return "ip:" + addr.String()
+		return string(addr.AppendTo(b))
 	}
 	if ipv6Prefix <= 0 || ipv6Prefix > 128 {
 		ipv6Prefix = DefaultIPv6Prefix
 	}
 	p, _ := addr.WithZone("").Prefix(ipv6Prefix)
-	return "ip:" + p.String()
+	return string(p.AppendTo(b))
 }
 
 // JoinIdentities joins parts into one identity, such as a route and a

@@ -3,9 +3,7 @@ package slidelimit
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -167,7 +165,7 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 	case err != nil:
 		res, err = l.fallback(identity, n, id, err)
 	case res.Allowed && id != "":
-		res.admitted = &admission{prefix: l.cfg.prefix, tag: tag, suffixes: l.suffixes, identity: identity, id: id, cost: n}
+		res.d.admitted = admission{from: l, identity: identity, id: id, cost: n}
 	case !res.Allowed && l.deny != nil:
 		l.deny.store(identity, n, asked, res)
 	}
@@ -179,7 +177,8 @@ func (l *Limiter) result(reply []int64) (Result, error) {
 	if len(reply) != 2+3*len(l.cfg.limits) {
 		return Result{}, fmt.Errorf("allow script: unexpected reply %v", reply)
 	}
-	res := Result{Allowed: reply[0] == 1, Statuses: make([]Status, len(l.cfg.limits))}
+	res := Result{Allowed: reply[0] == 1}
+	res.d, res.Statuses = newDecision(len(l.cfg.limits))
 	decider := 0
 	for i, lim := range l.cfg.limits {
 		v := reply[2+3*i:]
@@ -204,18 +203,23 @@ func (l *Limiter) result(reply []int64) (Result, error) {
 // never been made, so that, for example, requests that fail need not count.
 // It removes exactly the members the request recorded: refunding twice, or
 // refunding a Result that was not admitted or was a Fallback, does nothing.
-// The Result carries its keys, so it is refunded where it was recorded even
-// if l is another limiter on the same client. Errors wrap ErrUnavailable.
+// The Result knows the limiter that recorded it, and so its keys: it is
+// refunded where it was recorded even if l is another limiter on the same
+// client. Errors wrap ErrUnavailable.
 func (l *Limiter) Refund(ctx context.Context, r Result) error {
-	a := r.admitted
-	if a == nil {
+	if r.d == nil || r.d.admitted.from == nil {
 		return nil
+	}
+	a := r.d.admitted
+	keys, err := a.from.keys(a.identity)
+	if err != nil {
+		return err // not reached: the identity made these keys before
 	}
 	if l.deny != nil {
 		l.deny.forget(a.identity)
 	}
-	err := l.run(ctx, func(ctx context.Context) error {
-		return refundScript.Run(ctx, l.client, a.keys(), a.id, a.cost).Err()
+	err = l.run(ctx, func(ctx context.Context) error {
+		return refundScript.Run(ctx, l.client, keys, a.id, a.cost).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("%w: refund script: %w", ErrUnavailable, err)
@@ -253,8 +257,11 @@ func (l *Limiter) keys(identity string) ([]string, error) {
 
 // keysFor returns the key for each limit of the identity of hash tag tag.
 func (l *Limiter) keysFor(tag string) []string {
-	a := admission{prefix: l.cfg.prefix, tag: tag, suffixes: l.suffixes}
-	return a.keys()
+	keys := make([]string, len(l.suffixes))
+	for i, s := range l.suffixes {
+		keys[i] = l.cfg.prefix + "{" + tag + s
+	}
+	return keys
 }
 
 // clockNow returns the deny cache's time: WithClock's clock, else wall, the
@@ -385,8 +392,9 @@ func requestID(ctx context.Context) string {
 // newRequestID returns 8 random bytes. Members of one key are compared only
 // with the members of that key still in its window, so 64 bits make a
 // collision negligible (below 1e-7 for a key holding a million requests).
+//
+// The ids are cut from batches of random bytes, so that an id costs no
+// allocation of its own (see requestid.go).
 func newRequestID() string {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
-	return string(b[:])
+	return requestIDs.next()
 }

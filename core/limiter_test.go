@@ -411,6 +411,25 @@ func TestRefund(t *testing.T) {
 	})
 }
 
+// TestRefundThroughAnotherLimiter checks that a Result is refunded where
+// it was recorded, whichever limiter on the client refunds it.
+func TestRefundThroughAnotherLimiter(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(2), slidelimit.WithLimits(slidelimit.PerHour(5).Named("hourly")))
+	other, _ := newLimiter(t, rdb, slidelimit.PerSecond(1))
+	res := allow(t, lim, "r")
+	allow(t, other, "r")
+	if err := other.Refund(t.Context(), res); err != nil {
+		t.Fatalf("Refund = %v", err)
+	}
+	if got, _ := lim.Peek(t.Context(), "r"); got.Remaining != 2 || got.Statuses[1].Remaining != 5 {
+		t.Errorf("after another limiter refunded the request, Peek = %+v, want 2 and 5 remaining", got)
+	}
+	if got, _ := other.Peek(t.Context(), "r"); got.Allowed {
+		t.Errorf("the refunding limiter's own count changed: Peek = %+v, want denied", got)
+	}
+}
+
 func TestReset(t *testing.T) {
 	rdb := redistest.Client(t)
 	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithLimits(slidelimit.PerHour(10)))

@@ -228,7 +228,7 @@ func (c ClientIP) Identity(peer netip.Addr, header func(name string) []string) (
 	if !addr.IsValid() {
 		return "", fmt.Errorf("%w: the peer has no IP address", ErrInvalidKey)
 	}
-	return IPIdentity(addr.String(), c.IPv6Prefix), nil
+	return addrIdentity(addr, c.IPv6Prefix), nil
 }
 
 // forwardedFor returns the node of the for= parameter of element, one

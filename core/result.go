@@ -44,8 +44,10 @@ type Result struct {
 	// down on the local clock.
 	Cached bool
 
-	// admitted records what Refund needs to remove this request again.
-	admitted *admission
+	// d holds the memory of a decision Redis made: the array behind
+	// Statuses, what Refund needs, and room for the header fields. Nil
+	// for Fallback Results and those made by hand.
+	d *decision
 }
 
 // Status is the state of one limit after a decision.
@@ -61,21 +63,38 @@ type Status struct {
 	ResetAfter time.Duration
 }
 
-// admission identifies the members one admitted request recorded.
-type admission struct {
-	prefix   string // the keys: prefix + "{" + tag + suffix, per limit
-	tag      string
-	suffixes []string // the limiter's, never changed
-	identity string   // whose deny cache entry Refund clears
-	id       string
-	cost     int
+// inlineStatuses is how many Statuses a decision holds without an
+// allocation of their own.
+const inlineStatuses = 2
+
+// decision is the memory of one decision, allocated in one piece, so that
+// an admitted request costs one allocation beyond Redis's transport: the
+// Statuses of its Result, what Refund needs, and the header fields that
+// Headers writes for it. Copies of the Result share it; nothing in it
+// changes once the Result is returned, but for the header scratch, which
+// the first writer claims.
+type decision struct {
+	statuses [inlineStatuses]Status
+	admitted admission // set when the request was admitted and recorded
+	fields   fieldScratch
 }
 
-// keys returns the keys the request was recorded under, one per limit.
-func (a *admission) keys() []string {
-	keys := make([]string, len(a.suffixes))
-	for i, s := range a.suffixes {
-		keys[i] = a.prefix + "{" + a.tag + s
+// newDecision returns a decision and a Statuses slice of n in it (or of
+// its own for more than inlineStatuses limits). The slice's capacity is
+// its length, so an append by the caller copies.
+func newDecision(n int) (*decision, []Status) {
+	d := new(decision)
+	if n <= inlineStatuses {
+		return d, d.statuses[:n:n]
 	}
-	return keys
+	return d, make([]Status, n)
+}
+
+// admission identifies the members one admitted request recorded. Its
+// keys are built again by Refund, from the limiter that made it.
+type admission struct {
+	from     *Limiter // nil unless admitted
+	identity string   // whose keys, and whose deny cache entry Refund clears
+	id       string
+	cost     int
 }

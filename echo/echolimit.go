@@ -77,7 +77,7 @@ func NewWithConfig(lim *slidelimit.Limiter, config Config) echo.MiddlewareFunc {
 
 			ctx := c.Request().Context()
 			res, err := l.AllowN(ctx, id, cost)
-			cfg.Headers.Write(res, c.Response().Header().Set)
+			cfg.Headers.SetHeader(res, c.Response().Header())
 			if err != nil {
 				if !res.Allowed {
 					return cfg.fail(c, err)

@@ -46,11 +46,12 @@ func (ip ClientIP) Addr(c echo.Context) (netip.Addr, bool) {
 // extractor. A request without a client IP is an error wrapping
 // slidelimit.ErrInvalidKey.
 func (ip ClientIP) Key(c echo.Context) (string, error) {
-	addr, ok := ip.Addr(c)
+	r := c.Request()
+	peer, ok := slidelimit.PeerAddr(r.RemoteAddr)
 	if !ok {
-		return "", fmt.Errorf("%w: echolimit: no client IP for RemoteAddr %q", slidelimit.ErrInvalidKey, c.Request().RemoteAddr)
+		return "", fmt.Errorf("%w: echolimit: no client IP for RemoteAddr %q", slidelimit.ErrInvalidKey, r.RemoteAddr)
 	}
-	return slidelimit.IPIdentity(addr.String(), ip.IPv6Prefix), nil
+	return slidelimit.ClientIP(ip).Identity(peer, r.Header.Values)
 }
 
 // KeyByIP keys a request by its peer address with IPv6 grouped by /64:

@@ -34,7 +34,8 @@ type Config struct {
 	// with the same identity share one quota. An empty identity leaves the
 	// request undecided: it goes to ErrorHandler (500 by default). The
 	// string may come from c.Get or c.Params, which Fiber reuses after the
-	// handler returns; New copies it before it reaches the limiter.
+	// handler returns; New copies it before it reaches the limiter (all
+	// but the keys of KeyByIP and ClientIP.Key, strings of their own).
 	//
 	// KeyByIP, KeyByHeader, KeyByLocals and KeyByRoute build the common
 	// keys; JoinKeys and FirstKey combine them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -46,6 +47,7 @@ var (
 // safe for concurrent use.
 func New(lim *slidelimit.Limiter, config ...Config) fiber.Handler {
 	cfg := configDefault(config...)
+	cloneKey := !ownKeyGenerator(cfg.KeyGenerator)
 	return func(c *fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
 			return c.Next()
@@ -61,7 +63,10 @@ func New(lim *slidelimit.Limiter, config ...Config) fiber.Handler {
 		}
 		// Fiber reuses the bytes of c.Get and c.Params once the handler
 		// returns; the identity may outlive it in an observer or a log.
-		id := strings.Clone(cfg.KeyGenerator(c))
+		id := cfg.KeyGenerator(c)
+		if cloneKey {
+			id = strings.Clone(id)
+		}
 		if id == "" {
 			return cfg.fail(c, errEmptyKey)
 		}
@@ -113,4 +118,11 @@ func status(c *fiber.Ctx, err error) int {
 		return fe.Code
 	}
 	return fiber.StatusInternalServerError
+}
+
+// ownKeyGenerator reports whether f is KeyByIP or the Key method of a
+// ClientIP, whose identities are strings of their own and need no copy.
+func ownKeyGenerator(f func(*fiber.Ctx) string) bool {
+	pc := reflect.ValueOf(f).Pointer()
+	return pc == reflect.ValueOf(KeyByIP).Pointer() || pc == reflect.ValueOf(ClientIP{}.Key).Pointer()
 }

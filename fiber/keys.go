@@ -1,6 +1,7 @@
 package fiberlimit
 
 import (
+	"net"
 	"net/netip"
 
 	"github.com/gofiber/fiber/v2"
@@ -32,29 +33,53 @@ type ClientIP slidelimit.ClientIP
 // Addr returns the client IP of c's request, and false if the peer has no
 // IP address.
 func (ip ClientIP) Addr(c *fiber.Ctx) (netip.Addr, bool) {
-	peer, ok := slidelimit.PeerAddr(c.Context().RemoteAddr().String())
+	peer, ok := peerAddr(c)
 	if !ok {
 		return peer, false
 	}
-	return slidelimit.ClientIP(ip).Addr(peer, func(name string) []string {
+	return slidelimit.ClientIP(ip).Addr(peer, headerValues(c)), true
+}
+
+// peerAddr returns the address of c's peer, and false if it has none.
+func peerAddr(c *fiber.Ctx) (netip.Addr, bool) {
+	switch a := c.Context().RemoteAddr().(type) {
+	case *net.TCPAddr:
+		// What PeerAddr(a.String()) gives, without formatting it.
+		addr, ok := netip.AddrFromSlice(a.IP)
+		return addr.Unmap().WithZone(a.Zone), ok
+	case nil:
+		return netip.Addr{}, false
+	default:
+		return slidelimit.PeerAddr(a.String())
+	}
+}
+
+// headerValues returns the values of c's request header by name, every
+// line, as http.Header.Values does.
+func headerValues(c *fiber.Ctx) func(name string) []string {
+	return func(name string) []string {
 		lines := c.Request().Header.PeekAll(name)
 		values := make([]string, len(lines))
 		for i, l := range lines {
 			values[i] = string(l) // a copy: fasthttp reuses the bytes
 		}
 		return values
-	}), true
+	}
 }
 
 // Key returns the identity of c's client, slidelimit.IPIdentity of Addr,
 // such as "ip:203.0.113.9" or "ip:2001:db8::/64". It is a KeyGenerator. A
 // request without a client IP gets the empty key, which is an error.
 func (ip ClientIP) Key(c *fiber.Ctx) string {
-	addr, ok := ip.Addr(c)
+	peer, ok := peerAddr(c)
 	if !ok {
 		return ""
 	}
-	return slidelimit.IPIdentity(addr.String(), ip.IPv6Prefix)
+	id, err := slidelimit.ClientIP(ip).Identity(peer, headerValues(c))
+	if err != nil {
+		return ""
+	}
+	return id
 }
 
 // KeyByIP keys a request by its peer address with IPv6 grouped by /64:

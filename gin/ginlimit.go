@@ -64,7 +64,7 @@ func New(lim *slidelimit.Limiter, opts ...Option) gin.HandlerFunc {
 
 		ctx := c.Request.Context()
 		res, err := l.AllowN(ctx, id, cost)
-		cfg.headers.Write(res, c.Header)
+		cfg.headers.SetHeader(res, c.Writer.Header())
 		if err != nil {
 			if !res.Allowed {
 				cfg.reject(c, err)

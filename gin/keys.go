@@ -52,11 +52,11 @@ func (ip ClientIP) Addr(c *gin.Context) (netip.Addr, bool) {
 // request without a client IP is an error wrapping
 // slidelimit.ErrInvalidKey.
 func (ip ClientIP) Key(c *gin.Context) (string, error) {
-	addr, ok := ip.Addr(c)
+	peer, ok := slidelimit.PeerAddr(c.Request.RemoteAddr)
 	if !ok {
 		return "", fmt.Errorf("%w: ginlimit: no client IP for RemoteAddr %q", slidelimit.ErrInvalidKey, c.Request.RemoteAddr)
 	}
-	return slidelimit.IPIdentity(addr.String(), ip.IPv6Prefix), nil
+	return slidelimit.ClientIP(ip).Identity(peer, c.Request.Header.Values)
 }
 
 // KeyByIP keys a request by its peer address with IPv6 grouped by /64:

@@ -41,9 +41,9 @@ func (c ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
 // It is a KeyFunc. A request without a client IP is an error wrapping
 // slidelimit.ErrInvalidKey.
 func (c ClientIP) Key(r *http.Request) (string, error) {
-	addr, ok := c.Addr(r)
+	peer, ok := slidelimit.PeerAddr(r.RemoteAddr)
 	if !ok {
 		return "", fmt.Errorf("%w: httplimit: RemoteAddr %q holds no IP address", slidelimit.ErrInvalidKey, r.RemoteAddr)
 	}
-	return slidelimit.IPIdentity(addr.String(), c.IPv6Prefix), nil
+	return slidelimit.ClientIP(c).Identity(peer, r.Header.Values)
 }

@@ -78,7 +78,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	res, err := lim.AllowN(r.Context(), id, cost)
-	c.headers.Write(res, w.Header().Set)
+	c.headers.SetHeader(res, w.Header())
 	if err != nil {
 		c.hook(r, err)
 		if !res.Allowed {
