@@ -42,13 +42,19 @@ const busyFresh = 50 * time.Millisecond
 // sinceRecently returns a meter that measures from a reading taken at most
 // busyFresh ago: its window covers the time since now, and a little before.
 func sinceRecently() *busyMeter {
+	c := recentMeter()
+	return &c
+}
+
+// recentMeter is sinceRecently's meter, as a value: it allocates nothing
+// while the shared reading is fresh.
+func recentMeter() busyMeter {
 	m := recentBusy.Load()
 	if m == nil || time.Since(m.at) > busyFresh {
 		m = newBusyMeter()
 		recentBusy.Store(m)
 	}
-	c := *m
-	return &c
+	return *m
 }
 
 // busy reports whether the process or host was busy since the last call.

@@ -638,16 +638,15 @@ type wconn struct {
 	r, w int
 }
 
-// send writes a command, encoded by enc into the write buffer, for c, and
-// returns whether c now holds the reader role. It returns an error if the
-// connection failed before.
-func (cn *wconn) send(c *wcall, enc func([]byte) []byte) (bool, error) {
+// send writes cmd for c, and returns whether c now holds the reader role.
+// It returns an error if the connection failed before.
+func (cn *wconn) send(c *wcall, cmd allowCmd) (bool, error) {
 	cn.mu.Lock()
 	if cn.dead != nil {
 		cn.mu.Unlock()
 		return false, cn.dead
 	}
-	cn.wbuf = enc(cn.wbuf)
+	cn.wbuf = cmd.append(cn.wbuf)
 	now := time.Now().UnixNano()
 	c.sent = now
 	if c.timeout <= 0 {
@@ -658,7 +657,7 @@ func (cn *wconn) send(c *wcall, enc func([]byte) []byte) (bool, error) {
 		c.deadline = now + int64(c.timeout)
 	}
 	c.added, c.graced = 0, false
-	c.meter = *sinceRecently()
+	c.meter = recentMeter()
 	cn.pending = append(cn.pending, c)
 	cn.node.counts.commands.Add(1)
 	cn.load.Add(1)

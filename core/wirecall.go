@@ -2,20 +2,33 @@ package slidelimit
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// appendAllow appends the allow script's command for the identity of hash
-// tag tag: EVALSHA, or EVAL with the whole script when Redis does not know
-// it; the same KEYS and ARGV as the go-redis path sends.
-func (l *Limiter) appendAllow(b []byte, eval bool, tag string, n int, id, now string) []byte {
+// allowCmd is one allow command: the allow script for the identity of
+// hash tag tag, by EVALSHA, or by EVAL with the whole script when Redis
+// does not know it, after ASKING when a slot is being migrated; the same
+// KEYS and ARGV as the go-redis path sends.
+type allowCmd struct {
+	l            *Limiter
+	eval, asking bool
+	tag          string
+	n            int
+	id, now      string
+}
+
+// append appends the command to b.
+func (cmd allowCmd) append(b []byte) []byte {
+	l := cmd.l
+	if cmd.asking {
+		b = appendCommand(b, "ASKING")
+	}
 	nk := len(l.suffixes)
 	b = appendArrayHeader(b, 3+nk+3+2*nk)
-	if eval {
+	if cmd.eval {
 		b = appendBulk(b, "EVAL")
 		b = appendBulk(b, allowSource)
 	} else {
@@ -24,16 +37,16 @@ func (l *Limiter) appendAllow(b []byte, eval bool, tag string, n int, id, now st
 	}
 	b = appendBulkInt(b, int64(nk))
 	for _, s := range l.suffixes {
-		b = appendBulkHeader(b, len(l.cfg.prefix)+1+len(tag)+len(s))
+		b = appendBulkHeader(b, len(l.cfg.prefix)+1+len(cmd.tag)+len(s))
 		b = append(b, l.cfg.prefix...)
 		b = append(b, '{')
-		b = append(b, tag...)
+		b = append(b, cmd.tag...)
 		b = append(b, s...)
 		b = append(b, '\r', '\n')
 	}
-	b = appendBulkInt(b, int64(n))
-	b = appendBulk(b, id)
-	b = appendBulk(b, now)
+	b = appendBulkInt(b, int64(cmd.n))
+	b = appendBulk(b, cmd.id)
+	b = appendBulk(b, cmd.now)
 	return append(b, l.quotaTail...)
 }
 
@@ -122,12 +135,7 @@ func (l *Limiter) sendWire(ctx context.Context, node *wnode, c *wcall, eval, ask
 		if asking {
 			c.skip = 1
 		}
-		role, err := cn.send(c, func(b []byte) []byte {
-			if asking {
-				b = appendCommand(b, "ASKING")
-			}
-			return l.appendAllow(b, eval, tag, n, id, now)
-		})
+		role, err := cn.send(c, allowCmd{l: l, eval: eval, asking: asking, tag: tag, n: n, id: id, now: now})
 		if err != nil {
 			if tries < 2 {
 				continue // the connection failed just now: take another
@@ -138,8 +146,7 @@ func (l *Limiter) sendWire(ctx context.Context, node *wnode, c *wcall, eval, ask
 		if err := cn.wait(ctx, c, role); err != nil && c.state.Load() == cGone {
 			return true, err
 		}
-		var rerr replyError
-		if c.err == nil || errors.As(c.err, &rerr) && !isNoScript(c.err) {
+		if _, reply := c.err.(replyError); c.err == nil || reply && !isNoScript(c.err) {
 			node.counts.scripts.Add(1)
 		}
 		if c.err != nil && needsNewConn(c.err) {
