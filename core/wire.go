@@ -51,8 +51,9 @@ const maxConns = 4
 
 // maxConnLoad is the most calls out on one connection: beyond
 // maxConns*maxConnLoad (4,608) at one instant, a node's calls are decided by
-// the policy at once, with an error wrapping ErrUnavailable.
-const maxConnLoad = (maxQueue + maxInFlight*maxBatch) / maxConns
+// the policy at once, with an error wrapping ErrUnavailable. A variable for
+// tests.
+var maxConnLoad int32 = (maxQueue + maxInFlight*maxBatch) / maxConns
 
 // connIdle is how long a connection may go unused before the next call to
 // its node closes it.
@@ -877,19 +878,37 @@ func (cn *wconn) pass() {
 	go func() { _ = cn.read(context.Background(), nil) }()
 }
 
-// readMore reads from the connection for the reply due next, bounding
-// Redis's silence by that call's deadline (see roundTrip for how a busy
+// judged returns the call whose deadline bounds Redis's silence on cn: the
+// one due soonest of those whose callers wait, or the next reply's if none
+// waits; nil if no reply is due.
+func (cn *wconn) judged() *wcall {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.head == len(cn.pending) || cn.dead != nil {
+		return nil
+	}
+	var soonest *wcall
+	for _, c := range cn.pending[cn.head:] {
+		if c.state.Load() != cGone && c.deadline != 0 && (soonest == nil || c.deadline < soonest.deadline) {
+			soonest = c
+		}
+	}
+	if soonest == nil {
+		return cn.pending[cn.head]
+	}
+	return soonest
+}
+
+// readMore reads from the connection for the replies due, bounding
+// Redis's silence by the deadline of the call judged() (see roundTrip for how a busy
 // process or host extends it). It returns nil once bytes came, or the
 // error that ends self's wait.
 func (cn *wconn) readMore(ctx context.Context, self *wcall) error {
-	cn.mu.Lock()
-	if cn.head == len(cn.pending) || cn.dead != nil {
-		cn.mu.Unlock()
-		return nil
-	}
-	h := cn.pending[cn.head]
-	cn.mu.Unlock()
 	for {
+		h := cn.judged()
+		if h == nil {
+			return nil
+		}
 		dl := h.deadline
 		next := dl
 		if self != nil && ctx.Done() != nil {

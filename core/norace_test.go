@@ -1,0 +1,5 @@
+//go:build !race
+
+package slidelimit
+
+const raceEnabled = false
