@@ -55,15 +55,30 @@
 // except after a Refund or Reset made by another process, which this
 // limiter cannot see: it may then deny for up to the remaining RetryAfter.
 //
-// # Batching
+// # Connections and batching
 //
-// Concurrent decisions of every Limiter on one go-redis client share round
-// trips: a call is sent at once while fewer than four round trips are out to
-// its Redis node, and otherwise leaves with the calls that waited behind it,
-// up to 128 in one pipeline of EVALSHA. A lone caller waits for nothing, and a
-// burst of 1,000 calls costs about a dozen round trips and at most four
-// pooled connections per node. Each decision keeps its own request id, and a
-// caller whose context ends leaves without disturbing its batch.
+// For a *redis.Client (Sentinel's from redis.NewFailoverClient included)
+// and a *redis.ClusterClient, a Limiter sends its decisions over
+// connections of its own, at most four per Redis node, dialed with the
+// client's options: its Dialer (and so its TLS settings and Sentinel's
+// primary lookup), Username, Password or CredentialsProvider, DB and
+// ClientName. Every Limiter on one client shares them. A call on an idle
+// connection is written at once and its caller reads the reply itself, with
+// no goroutine in between; calls that arrive while others are out wait in
+// the connection's buffer and go out together in one write as soon as the
+// reader waits for Redis again, so a burst of 1,000 calls costs a few dozen
+// writes. Commands and replies are encoded and parsed in place: an admitted
+// decision allocates only its Result. Each decision keeps its own request
+// id, and a caller whose context ends leaves at once; its reply is read and
+// dropped by the next reader.
+//
+// These connections bypass go-redis's hooks, so tracing or metrics hooks
+// on the client do not see the limiter's scripts (WithObserver does). They
+// close when the client is closed (within 100 ms) or unused for a minute.
+// A client with an OnConnect hook, a credentials source this package
+// cannot read, or of any other type (a *redis.Ring, a UniversalClient of
+// your own) is used through go-redis instead, with the same batching into
+// pipelines of up to 128 EVALSHA and four round trips in flight per node.
 //
 // # Failures
 //
@@ -75,8 +90,9 @@
 // on Result.Allowed and still report the error.
 //
 // The timeout measures Redis's silence once a call is sent, never time spent
-// queued in this process, dialing, or waiting for a CPU, so a busy service
-// does not fail open because it is busy. A circuit breaker per Redis node
+// queued in this process or waiting for a CPU, so a busy service does not
+// fail open because it is busy; a call that finds no connection waits for
+// one being dialed as long as it would wait for Redis. A circuit breaker per Redis node
 // (WithBreaker) stops asking a node after repeated failed round trips and
 // decides at once by the policy, with an error wrapping ErrCircuitOpen, until
 // a probe finds the node answering again. On Redis Cluster the limiter also

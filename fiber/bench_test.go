@@ -74,7 +74,7 @@ func BenchmarkAppTest(b *testing.B) {
 }
 
 // benchLimiter returns a limiter whose quota no benchmark run reaches.
-func benchLimiter(b *testing.B) *slidelimit.Limiter {
+func benchLimiter(b testing.TB) *slidelimit.Limiter {
 	b.Helper()
 	lim, err := slidelimit.New(redistest.Client(b), slidelimit.PerMinute(slidelimit.MaxQuota),
 		slidelimit.WithPrefix(redistest.Prefix(b)), slidelimit.WithTimeout(10*time.Second))

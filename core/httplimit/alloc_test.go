@@ -1,0 +1,43 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/httplimit"
+	"github.com/slidelimit/slidelimit/core/redistest"
+)
+
+// TestMiddlewareAllocations pins what the middleware costs an admitted
+// request beyond net/http's own: at most two allocations, Redis's round
+// trip included (the decision's block and the identity).
+func TestMiddlewareAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops items at random")
+	}
+	lim, err := slidelimit.New(redistest.Client(t), slidelimit.PerMinute(slidelimit.MaxQuota),
+		slidelimit.WithPrefix(redistest.Prefix(t)), slidelimit.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	perRequest := func(h http.Handler) float64 {
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/", nil)
+		req.RemoteAddr = "192.0.2.1:41000"
+		return testing.AllocsPerRun(200, func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("GET / = %d, want 200", rec.Code)
+			}
+		})
+	}
+	bare, limited := perRequest(ok), perRequest(httplimit.New(lim)(ok))
+	t.Logf("allocations per admitted request: %.1f bare, %.1f behind the limiter", bare, limited)
+	if limited-bare > 2.05 {
+		t.Errorf("the middleware adds %.2f allocations to an admitted request, want at most 2", limited-bare)
+	}
+}

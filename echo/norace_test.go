@@ -1,0 +1,5 @@
+//go:build !race
+
+package echolimit_test
+
+const raceEnabled = false

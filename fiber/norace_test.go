@@ -1,0 +1,5 @@
+//go:build !race
+
+package fiberlimit_test
+
+const raceEnabled = false

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ginlimit_test
+
+const raceEnabled = false
