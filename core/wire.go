@@ -631,6 +631,7 @@ type wconn struct {
 	pending  []*wcall // calls written or being written, in order
 	head     int      // pending[head] is the next reply's
 	reader   bool     // a goroutine holds the reader role
+	waiting  bool     // the reader waits on the network
 	dead     error    // why the connection failed; nil while it works
 	deadRT   uint64
 
@@ -648,21 +649,21 @@ func (cn *wconn) send(c *wcall, cmd allowCmd) (bool, error) {
 		return false, cn.dead
 	}
 	cn.wbuf = cmd.append(cn.wbuf)
-	now := time.Now().UnixNano()
-	c.sent = now
+	at := time.Now().UnixNano()
+	c.sent = at
 	if c.timeout <= 0 {
 		c.timeout = max(cn.node.opt.ReadTimeout, 0) // no timeout of the limiter's: the client's
 	}
 	c.deadline = 0
 	if c.timeout > 0 {
-		c.deadline = now + int64(c.timeout)
+		c.deadline = at + int64(c.timeout)
 	}
 	c.added, c.graced = 0, false
 	c.meter = recentMeter()
 	cn.pending = append(cn.pending, c)
 	cn.node.counts.commands.Add(1)
 	cn.load.Add(1)
-	cn.used.Store(now)
+	cn.used.Store(at)
 	role := !cn.reader
 	if role {
 		cn.reader = true
@@ -670,9 +671,12 @@ func (cn *wconn) send(c *wcall, cmd allowCmd) (bool, error) {
 	} else {
 		c.state.Store(cWaiting)
 	}
-	big := len(cn.wbuf) >= maxUnflushed
+	// Write now if the reader waits on the network and so will not write
+	// before a reply comes, or if the buffer is large; otherwise the reader
+	// writes it, together with what else comes, before it next waits.
+	now := cn.waiting || len(cn.wbuf) >= maxUnflushed
 	cn.mu.Unlock()
-	if big {
+	if now {
 		cn.flush()
 	}
 	return role, nil
@@ -924,7 +928,13 @@ func (cn *wconn) readMore(ctx context.Context, self *wcall) error {
 		// while the reader waits for Redis.
 		cn.flush()
 		_ = cn.nc.SetReadDeadline(t)
+		cn.mu.Lock()
+		cn.waiting = true
+		cn.mu.Unlock()
 		err := cn.fill()
+		cn.mu.Lock()
+		cn.waiting = false
+		cn.mu.Unlock()
 		if err == nil {
 			return nil
 		}
