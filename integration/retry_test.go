@@ -15,8 +15,8 @@ import (
 )
 
 // TestRetriedCallCountsOnce loses the reply of each call's first EVALSHA
-// after Redis has run it, as a network cut or a timeout would, so that
-// go-redis retries the command on a new connection. The retry carries the
+// after Redis has run it, as a network cut would, so that the limiter sends
+// the command again on a new connection. The retry carries the
 // same request id, so the request is counted once: five calls under a limit
 // of five are all admitted, the set holds five members, not ten, and a sixth
 // call is denied. Refunding a retried request removes exactly its member.
@@ -42,7 +42,7 @@ func TestRetriedCallCountsOnce(t *testing.T) {
 				drop.arm()
 				res, err := lim.Allow(t.Context(), identity)
 				if err != nil {
-					t.Fatalf("call %d: Allow(%q) = %v, want a decision after go-redis's retry", i, identity, err)
+					t.Fatalf("call %d: Allow(%q) = %v, want a decision after the retry", i, identity, err)
 				}
 				wantAllowed := i <= quota
 				if res.Allowed != wantAllowed || res.Fallback {
@@ -89,7 +89,7 @@ func dropClient(t *testing.T, tg target, dial func(context.Context, string, stri
 
 // replyDropper makes connections that, once armed, lose the reply of the
 // next EVALSHA: the command reaches Redis and runs, the reply arrives, and
-// the connection is then closed and reports io.EOF, which go-redis retries.
+// the connection is then closed and reports io.EOF, which the limiter retries.
 type replyDropper struct {
 	mu       sync.Mutex
 	armed    bool
