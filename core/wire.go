@@ -46,14 +46,15 @@ import (
 // answer in time, or which broke, is closed; every call out on it fails
 // with it.
 
-// maxConns is the most connections the limiter opens to one Redis node.
-const maxConns = 4
+// maxConns is the most connections the limiter opens to one Redis node. A
+// variable for tests.
+var maxConns = 4
 
 // maxConnLoad is the most calls out on one connection: beyond
 // maxConns*maxConnLoad (4,608) at one instant, a node's calls are decided by
 // the policy at once, with an error wrapping ErrUnavailable. A variable for
 // tests.
-var maxConnLoad int32 = (maxQueue + maxInFlight*maxBatch) / maxConns
+var maxConnLoad int32 = (maxQueue + maxInFlight*maxBatch) / 4
 
 // connIdle is how long a connection may go unused before the next call to
 // its node closes it.
@@ -85,6 +86,7 @@ type wcall struct {
 	ch       chan uint8 // buffered: msgDone or msgRead
 
 	skip  int // replies to drop before c's own (ASKING's)
+	hello int // a connection's set-up: how many of its replies are due
 	reply []int64
 	err   error
 	rt    uint64 // the failure's round trip, for the breaker
@@ -426,42 +428,42 @@ func (n *wnode) conn(ctx context.Context, timeout time.Duration) (cn *wconn, rt 
 var errNoConn = fmt.Errorf("no connection to redis within the timeout: %w", context.DeadlineExceeded)
 
 // waitDial waits for done, a dial's end, for as long as a call may wait for
-// Redis: timeout, extended while this process or host is busy (see
-// readMore); or until ctx ends.
+// Redis: timeout, and busyAllowance more if this process or host was busy
+// meanwhile; or until ctx ends.
 func waitDial(ctx context.Context, done <-chan struct{}, timeout time.Duration) error {
 	select {
 	case <-done:
 		return nil
 	default:
 	}
-	var expired <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout + promptly)
-		defer t.Stop()
-		expired = t.C
-		meter := sinceRecently()
-		var added time.Duration
-		for {
-			select {
-			case <-done:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-expired:
-				if added < busyAllowance && meter.busy() {
-					added += busyStep
-					t.Reset(busyStep)
-					continue
-				}
-				return errNoConn
-			}
+	if timeout <= 0 {
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	t := time.NewTimer(timeout + promptly)
+	defer t.Stop()
+	meter := recentMeter()
+	extended := false
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			// A connect takes a moment on a host with CPU to spare; on a
+			// busy one the dialing goroutine may not have run.
+			if !extended && meter.busy() {
+				extended = true
+				t.Reset(busyAllowance)
+				continue
+			}
+			return errNoConn
+		}
 	}
 }
 
@@ -486,8 +488,9 @@ func (n *wnode) startDial() chan struct{} {
 	return done
 }
 
-// dial opens and prepares a connection, within the client's DialTimeout:
-// AUTH, SELECT and CLIENT SETNAME as the options ask.
+// dial opens a connection within the client's DialTimeout, with its set-up
+// commands (see hello) waiting in its buffer: they go out with the first
+// calls, and a call waits for nothing but the connect.
 func (n *wnode) dial() (*wconn, error) {
 	opt := n.opt
 	bound := opt.DialTimeout
@@ -506,17 +509,19 @@ func (n *wnode) dial() (*wconn, error) {
 	}
 	cn := &wconn{node: n, nc: nc, rbuf: make([]byte, 4096)}
 	cn.used.Store(time.Now().UnixNano())
-	if err := cn.hello(ctx); err != nil {
+	if err := cn.hello(ctx, bound); err != nil {
 		_ = nc.Close()
 		return nil, err
 	}
 	return cn, nil
 }
 
-// hello sends the commands that prepare a new connection, AUTH, SELECT
-// and CLIENT SETNAME as the options ask, and SCRIPT LOAD; and reads their
-// replies.
-func (cn *wconn) hello(ctx context.Context) error {
+// hello puts the commands that prepare a new connection in its buffer,
+// ahead of any call: AUTH, SELECT and CLIENT SETNAME as the options ask,
+// and SCRIPT LOAD. A set-up error, such as WRONGPASS, fails the connection
+// and every call sent on it; Redis answers within bound, or the connection
+// is abandoned like any other.
+func (cn *wconn) hello(ctx context.Context, bound time.Duration) error {
 	opt := cn.node.opt
 	user, pass := opt.Username, opt.Password
 	switch {
@@ -552,31 +557,9 @@ func (cn *wconn) hello(ctx context.Context) error {
 	// script by EVAL at the first NOSCRIPT.
 	b = appendCommand(b, "SCRIPT", "LOAD", allowSource)
 	replies++
-	if d, ok := ctx.Deadline(); ok {
-		_ = cn.nc.SetDeadline(d)
-		defer func() { _ = cn.nc.SetDeadline(time.Time{}) }()
-	}
-	if _, err := cn.nc.Write(b); err != nil {
-		return err
-	}
-	for ; replies > 0; replies-- {
-		for {
-			k, err := skipReply(cn.rbuf[cn.r:cn.w])
-			if err != nil {
-				return err
-			}
-			if k > 0 {
-				if err := replyErr(cn.rbuf[cn.r : cn.r+k]); err != nil && replies > 1 {
-					return err
-				}
-				cn.r += k
-				break
-			}
-			if err := cn.fill(); err != nil {
-				return err
-			}
-		}
-	}
+	h := &wcall{hello: replies, timeout: bound, deadline: time.Now().Add(bound).UnixNano()}
+	h.state.Store(cGone) // nobody waits for it
+	cn.wbuf, cn.pending = b, []*wcall{h}
 	return nil
 }
 
@@ -632,6 +615,7 @@ type wconn struct {
 	head     int      // pending[head] is the next reply's
 	reader   bool     // a goroutine holds the reader role
 	waiting  bool     // the reader waits on the network
+	early    bool     // a caller wrote while it waits
 	dead     error    // why the connection failed; nil while it works
 	deadRT   uint64
 
@@ -671,10 +655,12 @@ func (cn *wconn) send(c *wcall, cmd allowCmd) (bool, error) {
 	} else {
 		c.state.Store(cWaiting)
 	}
-	// Write now if the reader waits on the network and so will not write
-	// before a reply comes, or if the buffer is large; otherwise the reader
-	// writes it, together with what else comes, before it next waits.
-	now := cn.waiting || len(cn.wbuf) >= maxUnflushed
+	// Write now if the reader waits on the network, and so will not write
+	// before a reply comes, and nobody wrote since it began to wait; or if
+	// the buffer is large. Otherwise the reader writes it, together with
+	// what else comes, before it next waits.
+	now := cn.waiting && !cn.early || len(cn.wbuf) >= maxUnflushed
+	cn.early = cn.early || cn.waiting
 	cn.mu.Unlock()
 	if now {
 		cn.flush()
@@ -776,16 +762,24 @@ func (cn *wconn) fill() error {
 }
 
 // read holds the reader role: it delivers replies in order until self's
-// (nil for a goroutine that drains the replies of callers who left), then
-// hands the role on. It returns self's error, or ctx's if ctx ended first.
+// (self is nil for a goroutine that reads the replies of callers who left),
+// and every other reply already read; then it hands the role to the caller
+// whose reply is next, so that the callers of one write wake together
+// rather than one after another. It returns self's error, or ctx's if ctx
+// ended first.
 func (cn *wconn) read(ctx context.Context, self *wcall) error {
+	mine := false // self's reply is read
 	for {
+		var h *wcall
 		// Deliver every reply already read.
 		for {
 			cn.mu.Lock()
 			if cn.dead != nil {
 				err, rt := cn.dead, cn.deadRT
 				cn.mu.Unlock()
+				if mine {
+					return self.err
+				}
 				if self != nil {
 					self.err, self.rt = err, rt
 				}
@@ -794,10 +788,36 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 			if cn.head == len(cn.pending) {
 				cn.reader = false
 				cn.mu.Unlock()
+				if mine {
+					return self.err
+				}
 				return nil // a drainer with nothing left
 			}
-			h := cn.pending[cn.head]
+			h = cn.pending[cn.head]
 			cn.mu.Unlock()
+			if h.hello > 0 {
+				k, err := skipReply(cn.rbuf[cn.r:cn.w])
+				if err != nil {
+					cn.fail(err)
+					continue
+				}
+				if k == 0 {
+					break // read more
+				}
+				rerr := replyErr(cn.rbuf[cn.r : cn.r+k])
+				cn.r += k
+				h.hello--
+				if rerr != nil && h.hello > 0 { // SCRIPT LOAD's, the last, may fail
+					cn.fail(fmt.Errorf("redis connection set-up: %w", rerr))
+					continue
+				}
+				if h.hello == 0 {
+					cn.mu.Lock()
+					cn.pop()
+					cn.mu.Unlock()
+				}
+				continue
+			}
 			if h.skip > 0 {
 				// The reply of a command sent before h's own, such as ASKING.
 				k, err := skipReply(cn.rbuf[cn.r:cn.w])
@@ -806,10 +826,7 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 					continue
 				}
 				if k == 0 {
-					if self == nil && cn.handTo(h) {
-						return nil
-					}
-					break
+					break // read more
 				}
 				cn.r += k
 				h.skip--
@@ -817,11 +834,7 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 			}
 			k, reply, err := parseIntArray(cn.rbuf[cn.r:cn.w], h.reply[:0])
 			if k == 0 && err == nil {
-				// Incomplete: read more, or let h's caller read it.
-				if self == nil && cn.handTo(h) {
-					return nil
-				}
-				break
+				break // read more
 			}
 			if k == 0 {
 				cn.fail(err) // unreadable
@@ -830,27 +843,51 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 			cn.r += k
 			cn.node.answered.Store(time.Now().UnixNano())
 			cn.mu.Lock()
-			cn.pending[cn.head] = nil
-			cn.head++
-			if cn.head == len(cn.pending) {
-				cn.pending, cn.head = cn.pending[:0], 0
-			}
+			cn.pop()
 			cn.load.Add(-1)
+			cn.mu.Unlock()
 			if h == self {
 				self.reply, self.err = reply, err
-				cn.pass()
-				cn.mu.Unlock()
-				return err
+				mine = true
+				continue
 			}
-			cn.mu.Unlock()
 			if h.state.CompareAndSwap(cWaiting, cDone) {
 				h.reply, h.err = reply, err
 				h.ch <- msgDone
 			}
 		}
+		// h's reply is not all read yet.
+		if self == nil || mine {
+			if cn.handTo(h) {
+				return self.errIfMine(mine)
+			}
+			if mine {
+				// h's caller left, or h is a connection's set-up: a
+				// goroutine of its own reads on.
+				go func() { _ = cn.read(context.Background(), nil) }()
+				return self.err
+			}
+		}
 		if err := cn.readMore(ctx, self); err != nil {
 			return err
 		}
+	}
+}
+
+// errIfMine returns c's error if mine, else nil.
+func (c *wcall) errIfMine(mine bool) error {
+	if mine {
+		return c.err
+	}
+	return nil
+}
+
+// pop forgets the call whose reply was just read. cn.mu is held.
+func (cn *wconn) pop() {
+	cn.pending[cn.head] = nil
+	cn.head++
+	if cn.head == len(cn.pending) {
+		cn.pending, cn.head = cn.pending[:0], 0
 	}
 }
 
@@ -864,22 +901,6 @@ func (cn *wconn) handTo(h *wcall) bool {
 		return true
 	}
 	return false
-}
-
-// pass hands the reader role to the caller whose reply is next, or to a
-// goroutine of its own if that caller left, or gives it up if no reply is
-// due. cn.mu is held.
-func (cn *wconn) pass() {
-	if cn.head == len(cn.pending) {
-		cn.reader = false
-		return
-	}
-	h := cn.pending[cn.head]
-	if h.state.CompareAndSwap(cWaiting, cReading) {
-		h.ch <- msgRead
-		return
-	}
-	go func() { _ = cn.read(context.Background(), nil) }()
 }
 
 // judged returns the call whose deadline bounds Redis's silence on cn: the
@@ -920,6 +941,12 @@ func (cn *wconn) readMore(ctx context.Context, self *wcall) error {
 				next = poll
 			}
 		}
+		// A deadline already past would fail the read without trying it:
+		// the replies may be there, unread while this goroutine waited to
+		// run, so the read gets a moment.
+		if soon := time.Now().Add(promptly).UnixNano(); next != 0 && next < soon {
+			next = soon
+		}
 		var t time.Time
 		if next != 0 {
 			t = time.Unix(0, next)
@@ -929,7 +956,7 @@ func (cn *wconn) readMore(ctx context.Context, self *wcall) error {
 		cn.flush()
 		_ = cn.nc.SetReadDeadline(t)
 		cn.mu.Lock()
-		cn.waiting = true
+		cn.waiting, cn.early = true, false
 		cn.mu.Unlock()
 		err := cn.fill()
 		cn.mu.Lock()
@@ -989,7 +1016,11 @@ func (cn *wconn) abandon() {
 	cn.mu.Lock()
 	due := 0
 	for _, c := range cn.pending[cn.head:] {
-		due += 1 + c.skip
+		if c.hello > 0 {
+			due += c.hello
+		} else {
+			due += 1 + c.skip
+		}
 	}
 	cn.mu.Unlock()
 	cn.failAnd(errNoAnswer, false)

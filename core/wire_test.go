@@ -226,16 +226,15 @@ func (w *wire) load() int {
 // by the policy at once, wrapping ErrUnavailable, and tells the breaker
 // nothing.
 func TestWireQueueFull(t *testing.T) {
-	defer func(n int32) { maxConnLoad = n }(maxConnLoad)
-	maxConnLoad = 2
+	defer func(n int32, c int) { maxConnLoad, maxConns = n, c }(maxConnLoad, maxConns)
+	maxConnLoad, maxConns = 2, 1
 	srv := redistest.StartServer(t)
 	rdb := ownClient(t, redis.Options{Addr: srv.Addr})
 	lim, _ := New(rdb, PerMinute(5), WithTimeout(time.Minute), WithFailurePolicy(FailClosed), WithBreaker(1, time.Minute))
 	if _, err := lim.Peek(t.Context(), "warm"); err != nil {
 		t.Fatal(err)
 	}
-	// Paused, Redis takes the calls and answers none; the connection
-	// dialed meanwhile waits on its set-up.
+	// Paused, Redis takes the calls and answers none.
 	pause(t, ownClient(t, redis.Options{Addr: srv.Addr}), time.Second)
 	ctx, cancel := context.WithCancel(t.Context())
 	left := make(chan error, 2)
