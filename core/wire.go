@@ -85,11 +85,12 @@ type wcall struct {
 	state    atomic.Int32
 	ch       chan uint8 // buffered: msgDone or msgRead
 
-	skip  int // replies to drop before c's own (ASKING's)
-	hello int // a connection's set-up: how many of its replies are due
-	reply []int64
-	err   error
-	rt    uint64 // the failure's round trip, for the breaker
+	skip     int // replies to drop before c's own (ASKING's)
+	hello    int // a connection's set-up: how many of its replies are due
+	reply    []int64
+	err      error
+	answered bool   // err, if any, is Redis's reply, not a failure to get one
+	rt       uint64 // the failure's round trip, for the breaker
 
 	// The reader's view of how late Redis may answer (see roundTrip).
 	added  time.Duration
@@ -331,18 +332,6 @@ func (w *wire) nodeAt(addr string, opt *redis.Options) *wnode {
 		ns.nodes[addr] = n
 	}
 	return n
-}
-
-// anyOptions returns the options of some node of the cluster, to dial a
-// node a redirection named.
-func (w *wire) anyOptions() *redis.Options {
-	ns := w.nodes
-	ns.mu.Lock()
-	defer ns.mu.Unlock()
-	for _, n := range ns.nodes {
-		return n.opt
-	}
-	return nil
 }
 
 func (w *wire) get() *wcall {
@@ -642,7 +631,7 @@ func (cn *wconn) send(c *wcall, cmd allowCmd) (bool, error) {
 	if c.timeout > 0 {
 		c.deadline = at + int64(c.timeout)
 	}
-	c.added, c.graced = 0, false
+	c.added, c.graced, c.answered = 0, false, false
 	c.meter = recentMeter()
 	cn.pending = append(cn.pending, c)
 	cn.node.counts.commands.Add(1)
@@ -732,7 +721,7 @@ func (cn *wconn) wait(ctx context.Context, c *wcall, role bool) error {
 			}
 			// Handed the reader role while leaving: pass it on.
 			c.state.Store(cGone)
-			go cn.read(context.Background(), nil)
+			go func() { _ = cn.read(context.Background(), nil) }()
 			return ctx.Err()
 		}
 	}
@@ -847,12 +836,12 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 			cn.load.Add(-1)
 			cn.mu.Unlock()
 			if h == self {
-				self.reply, self.err = reply, err
+				self.reply, self.err, self.answered = reply, err, true
 				mine = true
 				continue
 			}
 			if h.state.CompareAndSwap(cWaiting, cDone) {
-				h.reply, h.err = reply, err
+				h.reply, h.err, h.answered = reply, err, true
 				h.ch <- msgDone
 			}
 		}

@@ -146,7 +146,7 @@ func (l *Limiter) sendWire(ctx context.Context, node *wnode, c *wcall, eval, ask
 		if err := cn.wait(ctx, c, role); err != nil && c.state.Load() == cGone {
 			return true, err
 		}
-		if _, reply := c.err.(replyError); c.err == nil || reply && !isNoScript(c.err) {
+		if c.answered && !isNoScript(c.err) {
 			node.counts.scripts.Add(1)
 		}
 		if c.err != nil && needsNewConn(c.err) {

@@ -117,11 +117,11 @@ var noscriptReply = []byte("-NOSCRIPT")
 
 func (c *noscriptConn) Read(p []byte) (int, error) {
 	k, err := c.Conn.Read(p)
-	seen := append(c.tail, p[:k]...)
-	c.n.Add(int64(bytes.Count(seen, noscriptReply)))
+	c.tail = append(c.tail, p[:k]...)
+	c.n.Add(int64(bytes.Count(c.tail, noscriptReply)))
 	// Keep what could begin a reply cut by the next read, and nothing
 	// already counted.
-	keep := min(len(seen), len(noscriptReply)-1)
-	c.tail = append(c.tail[:0], seen[len(seen)-keep:]...)
+	keep := min(len(c.tail), len(noscriptReply)-1)
+	c.tail = append(c.tail[:0], c.tail[len(c.tail)-keep:]...)
 	return k, err
 }
