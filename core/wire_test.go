@@ -89,8 +89,8 @@ func TestWireUsesTheClientsOptions(t *testing.T) {
 // Redis side between calls, as a Redis timeout or a proxy would: the next
 // call is sent again on a fresh connection and decided by Redis.
 func TestWireRedialsAStaleConnection(t *testing.T) {
-	rdb := ownClient(t, redis.Options{ClientName: "wire-stale"})
 	admin := redistest.Client(t)
+	rdb := ownClient(t, redis.Options{Addr: admin.Options().Addr, ClientName: "wire-stale"})
 	lim, _ := New(rdb, PerMinute(100), WithPrefix(redistest.Prefix(t)))
 	for i := range 5 {
 		res, err := lim.Allow(t.Context(), "stale")
@@ -262,8 +262,8 @@ func TestWireQueueFull(t *testing.T) {
 // TestWireClosedClient closes the client under a limiter: its calls fail
 // like the client's own commands, and its connections close.
 func TestWireClosedClient(t *testing.T) {
-	rdb := ownClient(t, redis.Options{ClientName: "wire-closed"})
 	admin := redistest.Client(t)
+	rdb := ownClient(t, redis.Options{Addr: admin.Options().Addr, ClientName: "wire-closed"})
 	lim, _ := New(rdb, PerMinute(5), WithPrefix(redistest.Prefix(t)), WithFailurePolicy(FailClosed))
 	if _, err := lim.Allow(t.Context(), "c"); err != nil {
 		t.Fatal(err)
