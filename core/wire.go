@@ -417,8 +417,8 @@ func (n *wnode) conn(ctx context.Context, timeout time.Duration) (cn *wconn, rt 
 var errNoConn = fmt.Errorf("no connection to redis within the timeout: %w", context.DeadlineExceeded)
 
 // waitDial waits for done, a dial's end, for as long as a call may wait for
-// Redis: timeout, and busyAllowance more if this process or host was busy
-// meanwhile; or until ctx ends.
+// Redis: timeout, and up to busyAllowance more while this process or host
+// is busy; or until ctx ends.
 func waitDial(ctx context.Context, done <-chan struct{}, timeout time.Duration) error {
 	select {
 	case <-done:
@@ -433,10 +433,11 @@ func waitDial(ctx context.Context, done <-chan struct{}, timeout time.Duration) 
 			return ctx.Err()
 		}
 	}
-	t := time.NewTimer(timeout + promptly)
+	due := time.Now().Add(timeout + promptly)
+	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
 	meter := recentMeter()
-	extended := false
+	var added time.Duration
 	for {
 		select {
 		case <-done:
@@ -444,14 +445,20 @@ func waitDial(ctx context.Context, done <-chan struct{}, timeout time.Duration) 
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			// A connect takes a moment on a host with CPU to spare; on a
-			// busy one the dialing goroutine may not have run.
-			if !extended && meter.busy() {
-				extended = true
-				t.Reset(busyAllowance)
-				continue
+			// A connect takes a moment on a host with CPU to spare. A timer
+			// that fired late, or a busy host, may have kept the dialing
+			// goroutine from running: wait that long again, within
+			// busyAllowance.
+			late := time.Since(due)
+			if meter.busy() {
+				late = max(late, busyStep)
 			}
-			return errNoConn
+			if late <= promptly || added >= busyAllowance {
+				return errNoConn
+			}
+			added += late
+			due = time.Now().Add(late)
+			t.Reset(late)
 		}
 	}
 }
