@@ -34,9 +34,8 @@
 -- Inside Redis the Lua work costs as much as a Redis call, so the admission
 -- path keeps it small: it writes the reply as it admits and returns, without
 -- a second pass over the limits; the score is TIME's two strings joined, and
--- the ms of PEXPIRE are the window's digits, so no number is formatted with
--- printf's floating-point path there (the cutoff below uses %d, an integer
--- format, exact below 2^53 µs).
+-- the ms of PEXPIRE are the window's digits, so neither is formatted from a
+-- number (Redis 7.0 formats numbers with printf's costly floating-point path).
 
 local call = redis.call
 local cost, id, clock = tonumber(ARGV[1]), ARGV[2], ARGV[3]
@@ -60,11 +59,12 @@ end
 local n = #KEYS
 local out = {0, 0, 0, 0, 0}
 local fits = true
--- Scores are exact integers in µs; Redis must get them as exact decimals
--- (tostring would round them), hence %d for the cutoff.
+-- Scores are exact integers in µs. The cutoff goes to Redis as a Lua number,
+-- which Redis formats exactly (tostring and string.format's %d would not: the
+-- first rounds, the second overflows where a C long has 32 bits).
 for i = 1, n do
   local key, quota, window = KEYS[i], tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
-  call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+  call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   local count = call('ZCARD', key)
   out[3 * i], out[3 * i + 1], out[3 * i + 2] = count, quota, window
   if count + cost > quota then
