@@ -30,82 +30,108 @@
 -- is the newest member, so its reset time is the window and needs no ZRANGE
 -- under Redis TIME; with a caller's clock (ARGV[3]) another server's clock may
 -- run ahead, so the newest member is read.
+--
+-- Inside Redis the Lua work costs as much as a Redis call, so the admission
+-- path keeps it small: it writes the reply as it admits and returns, without
+-- a second pass over the limits; the score is TIME's two strings joined, and
+-- the ms of PEXPIRE are the window's digits, so neither is formatted from a
+-- number (Redis 7.0 formats numbers with printf's costly floating-point path).
 
-local cost = tonumber(ARGV[1])
-local id = ARGV[2]
-local clock = ARGV[3]
-
--- Large integers must reach Redis as exact decimals: tostring would round them.
-local fmt = string.format
+local call = redis.call
+local cost, id, clock = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
 local now, score
 if clock == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  score = fmt('%.0f', now)
+  local t = call('TIME')
+  local s, us = t[1], t[2]
+  now = s * 1000000 + us
+  -- The score as a decimal string: seconds, then the µs padded to six digits.
+  if #us < 6 then
+    us = string.rep('0', 6 - #us) .. us
+  end
+  score = s .. us
 else
-  now = tonumber(clock)
-  score = clock
+  now, score = tonumber(clock), clock
 end
 
+-- out is the reply. Until limit i's three values are written, out[3i],
+-- out[3i+1] and out[3i+2] hold its count, quota and window.
 local n = #KEYS
-local quotas, windows, counts = {}, {}, {}
+local out = {0, 0, 0, 0, 0}
 local fits = true
+-- Scores are exact integers in µs. The cutoff goes to Redis as a Lua number,
+-- which Redis formats exactly (tostring and string.format's %d would not: the
+-- first rounds, the second overflows where a C long has 32 bits).
 for i = 1, n do
   local key, quota, window = KEYS[i], tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
-  quotas[i], windows[i] = quota, window
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%.0f', now - window))
-  local count = redis.call('ZCARD', key)
-  counts[i] = count
+  call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  local count = call('ZCARD', key)
+  out[3 * i], out[3 * i + 1], out[3 * i + 2] = count, quota, window
   if count + cost > quota then
     fits = false
   end
 end
 
--- zadd records the request's members in key with NX and returns how many
--- were new: 0 only if the request was recorded before.
-local function zadd(key)
-  if cost == 1 then
-    return redis.call('ZADD', key, 'NX', score, id)
-  end
-  -- In chunks, so a large cost never overflows Lua's stack in unpack.
-  local added, args = 0, {'NX'}
-  for j = 0, cost - 1 do
-    args[#args + 1] = score
-    if j == 0 then
-      args[#args + 1] = id
+local duplicate = 0
+if fits and id ~= '' then
+  for i = 1, n do
+    local key, j = KEYS[i], 3 * i
+    local added = 0
+    if cost == 1 then
+      added = call('ZADD', key, 'NX', score, id)
     else
-      args[#args + 1] = id .. j
-    end
-    if #args >= 201 or j == cost - 1 then
-      added = added + redis.call('ZADD', key, unpack(args))
-      args = {'NX'}
-    end
-  end
-  return added
-end
-
-local allowed, duplicate, recorded = 0, 0, false
-if fits then
-  allowed = 1
-  if id ~= '' then
-    for i = 1, n do
-      if zadd(KEYS[i]) == 0 and i == 1 then
-        duplicate = 1 -- a retried call: its members were all there
-        break
+      -- Members id, id..1, ..., id..(cost-1), in chunks, so a large cost
+      -- never overflows Lua's stack in unpack.
+      local args = {'NX'}
+      for u = 0, cost - 1 do
+        args[#args + 1] = score
+        if u == 0 then
+          args[#args + 1] = id
+        else
+          args[#args + 1] = id .. u
+        end
+        if #args >= 201 or u == cost - 1 then
+          added = added + call('ZADD', key, unpack(args))
+          args = {'NX'}
+        end
       end
-      redis.call('PEXPIRE', KEYS[i], math.ceil(windows[i] / 1000))
-      counts[i] = counts[i] + cost
     end
-    recorded = duplicate == 0
+    if added == 0 and i == 1 then
+      duplicate = 1 -- a retried call: its members were all there
+      break
+    end
+    local count, quota, window = out[j] + cost, out[j + 1], out[j + 2]
+    local ms -- the window in ms, rounded up
+    if window % 1000 == 0 then
+      ms = string.sub(ARGV[3 + 2 * i], 1, -4)
+    else
+      ms = math.ceil(window / 1000)
+    end
+    call('PEXPIRE', key, ms)
+    local reset = window
+    if clock ~= '' then
+      reset = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] + window - now
+    end
+    out[j], out[j + 1], out[j + 2] = quota - count, 0, reset
   end
-elseif id ~= '' and redis.call('ZSCORE', KEYS[1], id) then
-  allowed, duplicate = 1, 1
+  if duplicate == 0 then
+    out[1] = 1
+    return out
+  end
 end
 
-local out = {allowed, duplicate}
+-- Not recorded: a denial, a peek or a retried call.
+local allowed = 0
+if fits or id ~= '' and call('ZSCORE', KEYS[1], id) then
+  allowed = 1
+  if not fits then
+    duplicate = 1
+  end
+end
+out[1], out[2] = allowed, duplicate
 for i = 1, n do
-  local count, quota, window = counts[i], quotas[i], windows[i]
+  local j = 3 * i
+  local count, quota, window = out[j], out[j + 1], out[j + 2]
   local remaining = quota - count
   if remaining < 0 then
     remaining = 0
@@ -114,18 +140,12 @@ for i = 1, n do
   if allowed == 0 and count + cost > quota then
     -- This limit admits the cost once its k-th oldest unit leaves the window.
     local k = count + cost - quota
-    local oldest = redis.call('ZRANGE', KEYS[i], k - 1, k - 1, 'WITHSCORES')
-    retry = tonumber(oldest[2]) + window - now
+    retry = call('ZRANGE', KEYS[i], k - 1, k - 1, 'WITHSCORES')[2] + window - now
   end
   local reset = 0
-  if recorded and clock == '' then
-    reset = window
-  elseif count > 0 then
-    local newest = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
-    reset = tonumber(newest[2]) + window - now
+  if count > 0 then
+    reset = call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')[2] + window - now
   end
-  out[#out + 1] = remaining
-  out[#out + 1] = retry
-  out[#out + 1] = reset
+  out[j], out[j + 1], out[j + 2] = remaining, retry, reset
 end
 return out

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# script-cost.sh: what one allow.lua admission costs inside Redis, beside the
+# classic sliding-log script (bench/main.go's classicSource), on one server.
+#
+#   WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/script-cost.sh
+#
+# Each round runs redis-benchmark with EVALSHA on the allowed path (1 limit,
+# 1,000,000 per minute, cost 1, Redis TIME; the classic script with a fixed
+# `now` and a `<ms>-<uuid>`-sized member), the scripts interleaved, after
+# FLUSHALL and CONFIG RESETSTAT, and prints per call:
+#   usec   INFO commandstats usec_per_call of evalsha (time inside the script)
+#   cpu    INFO cpu (used_cpu_user + used_cpu_sys) delta / calls, network included
+# then the median and the minimum of the rounds for each script.
+#
+# SCRIPT_COST_BASE=REV      also measures core/allow.lua as of git revision REV
+# SCRIPT_COST_REPS=7        rounds
+# SCRIPT_COST_N=50000       calls per script and round
+# SCRIPT_COST_CLIENTS=16    redis-benchmark -c
+# SCRIPT_COST_IDENTITIES=1000  keys the calls spread over (redis-benchmark -r)
+# SCRIPT_COST_CALLGRIND=1   instead: instructions per call (valgrind's
+#                           callgrind, a server of its own on a unix socket, 2,000
+#                           calls over 100 keys after as many to warm them up):
+#                           exact and repeatable, so it ranks variants on a noisy
+#                           machine where the times vary by tens of percent.
+#
+# Request ids are three __rand_int__ (38 bytes; slidelimit sends 8), so the
+# keys stay distinct; the classic script's `now` cannot advance under
+# redis-benchmark, so its members insert by name, not at the end of the set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+reps=${SCRIPT_COST_REPS:-7}
+n=${SCRIPT_COST_N:-50000}
+clients=${SCRIPT_COST_CLIENTS:-16}
+identities=${SCRIPT_COST_IDENTITIES:-1000}
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/script-cost.XXXXXX")
+vpid=
+cleanup() {
+	if [ -n "$vpid" ]; then
+		kill "$vpid" 2>/dev/null || true
+		wait "$vpid" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+cp core/allow.lua "$work/allow.lua"
+names=(allow)
+if [ -n "${SCRIPT_COST_BASE:-}" ]; then
+	git show "$SCRIPT_COST_BASE:core/allow.lua" >"$work/allow@$SCRIPT_COST_BASE.lua"
+	names+=("allow@$SCRIPT_COST_BASE")
+fi
+sed -n '/^const classicSource = `/,/^`/p' bench/main.go | sed '1d;$d' >"$work/classic.lua"
+names+=(classic)
+
+# args NAME SHA: the EVALSHA command line of script NAME.
+args() {
+	case $1 in
+	classic) echo EVALSHA "$2" 1 "c{__rand_int__}" 1764000000000 60000 1000000 "1764000000000-__rand_int__-__rand_int__-__rand_int__" ;;
+	*) echo EVALSHA "$2" 1 "s{__rand_int__}:q" 1 "__rand_int__-__rand_int__-__rand_int__" '""' 1000000 60000000 ;;
+	esac
+}
+
+if [ "${SCRIPT_COST_CALLGRIND:-0}" = 1 ]; then
+	sock=$work/redis.sock
+	valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.%n" \
+		redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$work" >"$work/valgrind.log" 2>&1 &
+	vpid=$!
+	for _ in $(seq 600); do
+		[ "$(redis-cli -s "$sock" ping 2>/dev/null)" = PONG ] && break
+		sleep 0.1
+	done
+	k=0
+	for name in "${names[@]}"; do
+		sha=$(redis-cli -s "$sock" script load "$(cat "$work/$name.lua")")
+		redis-cli -s "$sock" flushall >/dev/null
+		eval "set -- $(args "$name" "$sha")"
+		redis-benchmark -s "$sock" -n 2000 -c 4 -r 100 -q "$@" >/dev/null
+		callgrind_control -z "$vpid" >/dev/null 2>&1
+		redis-benchmark -s "$sock" -n 2000 -c 4 -r 100 -q "$@" >/dev/null
+		k=$((k + 1))
+		callgrind_control -d "$name" "$vpid" >/dev/null 2>&1
+		sleep 1
+		ir=$(awk '/^totals:/ {print $2; exit}' "$(ls -t "$work"/callgrind.* | head -1)")
+		printf '%-24s %8.0f instructions per call\n' "$name" "$(echo "$ir / 2000" | bc -l)"
+	done
+	exit 0
+fi
+
+: "${SLIDELIMIT_REDIS_ADDR:?run under scripts/with-redis.sh}"
+host=${SLIDELIMIT_REDIS_ADDR%:*}
+port=${SLIDELIMIT_REDIS_ADDR##*:}
+cli() { redis-cli -h "$host" -p "$port" "$@" | tr -d '\r'; }
+cpu() { cli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}'; }
+
+echo "redis $(cli info server | awk -F: '/^redis_version:/ {print $2}'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "redis-benchmark -n $n -c $clients -r $identities, $reps interleaved rounds"
+for rep in $(seq "$reps"); do
+	for name in "${names[@]}"; do
+		sha=$(cli script load "$(cat "$work/$name.lua")")
+		cli flushall >/dev/null
+		cli config resetstat >/dev/null
+		eval "set -- $(args "$name" "$sha")"
+		c0=$(cpu)
+		redis-benchmark -h "$host" -p "$port" -n "$n" -c "$clients" -r "$identities" -q "$@" >/dev/null
+		c1=$(cpu)
+		stats=$(cli info commandstats | awk -F'[:,=]' '/^cmdstat_evalsha:/ {print $3, $7, $11}')
+		read -r calls usec failed <<<"$stats"
+		[ "$failed" = 0 ] || { echo "script-cost: $name: $failed failed calls" >&2; exit 1; }
+		printf '%s %s %s %s\n' "$name" "$rep" "$usec" "$(echo "($c1 - $c0) * 1000000 / $calls" | bc -l)" >>"$work/rounds"
+		printf 'round %d %-24s usec %6.2f  cpu %6.2f\n' "$rep" "$name" "$usec" "$(echo "($c1 - $c0) * 1000000 / $calls" | bc -l)"
+	done
+done
+echo "per call, median (min) of $reps rounds:"
+for name in "${names[@]}"; do
+	us=$(awk -v s="$name" '$1 == s {print $3}' "$work/rounds" | sort -g | awk '{a[NR] = $1} END {printf "%.2f (%.2f)", a[int((NR + 1) / 2)], a[1]}')
+	cp=$(awk -v s="$name" '$1 == s {print $4}' "$work/rounds" | sort -g | awk '{a[NR] = $1} END {printf "%.2f (%.2f)", a[int((NR + 1) / 2)], a[1]}')
+	printf '%-24s usec %-14s cpu %s\n' "$name" "$us" "$cp"
+done
