@@ -116,9 +116,10 @@ type wireNodes struct {
 	closed   atomic.Pointer[uint32] // the client's closed flag (see closedFlag); nil until known
 	watching bool                   // watch runs; under mu
 
-	// What the connections sent, for tests: writes, allow commands, and
-	// the allow scripts Redis ran (not those it answered NOSCRIPT).
-	writes, commands, scripts atomic.Int64
+	// What the connections did, for tests: writes, reads that brought
+	// replies, allow commands sent, and the allow scripts Redis ran (not
+	// those it answered NOSCRIPT).
+	writes, reads, commands, scripts atomic.Int64
 }
 
 // wires holds one wire per client, weakly, so a client that is garbage
@@ -611,7 +612,6 @@ type wconn struct {
 	head     int      // pending[head] is the next reply's
 	reader   bool     // a goroutine holds the reader role
 	waiting  bool     // the reader waits on the network
-	early    bool     // a caller wrote while it waits
 	dead     error    // why the connection failed; nil while it works
 	deadRT   uint64
 
@@ -652,17 +652,21 @@ func (cn *wconn) send(c *wcall, cmd allowCmd) (bool, error) {
 		c.state.Store(cWaiting)
 	}
 	// Write now if the reader waits on the network, and so will not write
-	// before a reply comes, and nobody wrote since it began to wait; or if
-	// the buffer is large. Otherwise the reader writes it, together with
-	// what else comes, before it next waits.
-	now := cn.waiting && !cn.early || len(cn.wbuf) >= maxUnflushed
-	cn.early = cn.early || cn.waiting
+	// before a reply comes, while few calls are out; or if the buffer is
+	// large. Otherwise the reader writes it, together with what else
+	// comes, before it next waits: Redis is busy with the calls ahead and
+	// would read it only after answering them anyway.
+	now := cn.waiting && int(cn.load.Load()) <= eagerLoad || len(cn.wbuf) >= maxUnflushed
 	cn.mu.Unlock()
 	if now {
 		cn.flush()
 	}
 	return role, nil
 }
+
+// eagerLoad is the most calls out on a connection, a new one included,
+// for which a call is written at once while the reader waits for Redis.
+const eagerLoad = 8
 
 // maxUnflushed is the most bytes of commands the write buffer holds before
 // their caller writes them; below it, the reader writes them before it next
@@ -752,6 +756,7 @@ func (cn *wconn) fill() error {
 	k, err := cn.nc.Read(cn.rbuf[cn.w:])
 	cn.w += k
 	if k > 0 {
+		cn.node.counts.reads.Add(1)
 		return nil
 	}
 	return err
@@ -952,7 +957,7 @@ func (cn *wconn) readMore(ctx context.Context, self *wcall) error {
 		cn.flush()
 		_ = cn.nc.SetReadDeadline(t)
 		cn.mu.Lock()
-		cn.waiting, cn.early = true, false
+		cn.waiting = true
 		cn.mu.Unlock()
 		err := cn.fill()
 		cn.mu.Lock()
