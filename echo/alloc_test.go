@@ -27,9 +27,6 @@ func TestMiddlewareAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noop := func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error { return next(c) }
-	}
 	perRequest := func(mw echo.MiddlewareFunc) float64 {
 		e := echo.New()
 		e.GET("/", ok, mw)
@@ -43,7 +40,7 @@ func TestMiddlewareAllocations(t *testing.T) {
 			}
 		})
 	}
-	base, limited := perRequest(noop), perRequest(echolimit.New(lim))
+	base, limited := perRequest(noopMiddleware), perRequest(echolimit.New(lim))
 	t.Logf("allocations per admitted request: %.1f behind a middleware doing nothing, %.1f behind the limiter", base, limited)
 	if limited-base > 2.05 {
 		t.Errorf("the middleware adds %.2f allocations to an admitted request, want at most 2", limited-base)
