@@ -2,8 +2,20 @@ package slidelimit
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -297,4 +309,88 @@ func TestWireAllocatesNothing(t *testing.T) {
 	if allocs > 1.1 {
 		t.Errorf("an admitted decision allocates %.2f times, want 1 (its Result's block)", allocs)
 	}
+}
+
+// TestWireSpeaksTLS runs a limiter on a client that reaches Redis over TLS
+// only: the limiter's own connections go through the client's dialer, and
+// so its TLS configuration.
+func TestWireSpeaksTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	tlsPort := freeLoopbackPort(t)
+	// The plain port stays for redistest's own readiness check.
+	srv := redistest.StartServer(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", certFile,
+		"--tls-key-file", keyFile, "--tls-ca-cert-file", certFile, "--tls-auth-clients", "no")
+	host, _, _ := net.SplitHostPort(srv.Addr)
+	rdb := ownClient(t, redis.Options{Addr: net.JoinHostPort(host, strconv.Itoa(tlsPort)),
+		TLSConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}})
+	lim, _ := New(rdb, PerMinute(2), WithFailurePolicy(FailClosed))
+	if lim.wire == nil {
+		t.Fatal("the limiter sends through go-redis, want connections of its own")
+	}
+	for i := range 3 {
+		res, err := lim.Allow(t.Context(), "tls")
+		if err != nil || res.Fallback || res.Allowed != (i < 2) {
+			t.Fatalf("call %d over TLS: Allow = %+v, %v; want a decision of Redis", i+1, res, err)
+		}
+	}
+	plain := ownClient(t, redis.Options{Addr: net.JoinHostPort(host, strconv.Itoa(tlsPort))})
+	lim2, _ := New(plain, PerMinute(2), WithFailurePolicy(FailClosed), WithTimeout(time.Second))
+	if res, err := lim2.Allow(t.Context(), "tls"); err == nil || !res.Fallback {
+		t.Errorf("Allow in plain text on a TLS port = %+v, %v; want a failure", res, err)
+	}
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key to
+// dir, and returns their paths and a pool trusting it.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "slidelimit test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// freeLoopbackPort returns a loopback TCP port free a moment ago.
+func freeLoopbackPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
