@@ -85,8 +85,8 @@ type wcall struct {
 	state    atomic.Int32
 	ch       chan uint8 // buffered: msgDone or msgRead
 
-	skip     int // replies to drop before c's own (ASKING's)
-	hello    int // a connection's set-up: how many of its replies are due
+	skip     int  // replies to drop before c's own (ASKING's)
+	setup    bool // c is a connection's set-up: skip replies and none of its own
 	reply    []int64
 	err      error
 	answered bool   // err, if any, is Redis's reply, not a failure to get one
@@ -554,7 +554,7 @@ func (cn *wconn) hello(ctx context.Context, bound time.Duration) error {
 	// script by EVAL at the first NOSCRIPT.
 	b = appendCommand(b, "SCRIPT", "LOAD", allowSource)
 	replies++
-	h := &wcall{hello: replies, timeout: bound, deadline: time.Now().Add(bound).UnixNano()}
+	h := &wcall{skip: replies, setup: true, timeout: bound, deadline: time.Now().Add(bound).UnixNano()}
 	h.state.Store(cGone) // nobody waits for it
 	cn.wbuf, cn.pending = b, []*wcall{h}
 	return nil
@@ -796,7 +796,9 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 			}
 			h = cn.pending[cn.head]
 			cn.mu.Unlock()
-			if h.hello > 0 {
+			if h.skip > 0 {
+				// A reply to drop before h's own: ASKING's, or one of a
+				// connection's set-up.
 				k, err := skipReply(cn.rbuf[cn.r:cn.w])
 				if err != nil {
 					cn.fail(err)
@@ -807,30 +809,19 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 				}
 				rerr := replyErr(cn.rbuf[cn.r : cn.r+k])
 				cn.r += k
-				h.hello--
-				if rerr != nil && h.hello > 0 { // SCRIPT LOAD's, the last, may fail
+				h.skip--
+				if !h.setup {
+					continue
+				}
+				if rerr != nil && h.skip > 0 { // SCRIPT LOAD's, the last, may fail
 					cn.fail(fmt.Errorf("redis connection set-up: %w", rerr))
 					continue
 				}
-				if h.hello == 0 {
+				if h.skip == 0 {
 					cn.mu.Lock()
 					cn.pop()
 					cn.mu.Unlock()
 				}
-				continue
-			}
-			if h.skip > 0 {
-				// The reply of a command sent before h's own, such as ASKING.
-				k, err := skipReply(cn.rbuf[cn.r:cn.w])
-				if err != nil {
-					cn.fail(err)
-					continue
-				}
-				if k == 0 {
-					break // read more
-				}
-				cn.r += k
-				h.skip--
 				continue
 			}
 			k, reply, err := parseIntArray(cn.rbuf[cn.r:cn.w], h.reply[:0])
@@ -1017,10 +1008,9 @@ func (cn *wconn) abandon() {
 	cn.mu.Lock()
 	due := 0
 	for _, c := range cn.pending[cn.head:] {
-		if c.hello > 0 {
-			due += c.hello
-		} else {
-			due += 1 + c.skip
+		due += c.skip
+		if !c.setup {
+			due++ // its own
 		}
 	}
 	cn.mu.Unlock()
