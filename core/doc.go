@@ -92,10 +92,10 @@
 // The timeout measures Redis's silence once a call is sent, never time spent
 // queued in this process or waiting for a CPU, so a busy service does not
 // fail open because it is busy; a call that finds no connection waits for
-// one being dialed as long as it would wait for Redis. A circuit breaker per Redis node
-// (WithBreaker) stops asking a node after repeated failed round trips and
-// decides at once by the policy, with an error wrapping ErrCircuitOpen, until
-// a probe finds the node answering again. On Redis Cluster the limiter also
+// one being dialed for the timeout plus one second. A circuit breaker per
+// Redis node (WithBreaker) stops asking a node after repeated failed round
+// trips and decides at once by the policy, with an error wrapping
+// ErrCircuitOpen, until a probe finds the node answering again. On Redis Cluster the limiter also
 // makes go-redis reload its slot map after connection errors, MOVED, ASK and
 // CLUSTERDOWN, so the slots of a failed primary come back as soon as its
 // replica is promoted.

@@ -1,12 +1,36 @@
 package slidelimit
 
-import "github.com/redis/go-redis/v9"
+import (
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// testWires keeps every wire a test looked at alive for the whole test
+// binary: a wire lives as long as a Limiter or its client holds it, and a
+// test reading its counters after its last use of the Limiter must not
+// find a new one.
+var testWires sync.Map // redis.Scripter → *wire
+
+// testWire returns client's wire, or nil if its limiters send through
+// go-redis.
+func testWire(client redis.Scripter) *wire {
+	if w, ok := testWires.Load(client); ok {
+		return w.(*wire)
+	}
+	w := wireFor(client)
+	if w == nil {
+		return nil
+	}
+	actual, _ := testWires.LoadOrStore(client, w)
+	return actual.(*wire)
+}
 
 // WireSent returns how many writes, how many allow commands in them, and
 // how many reads bringing replies the limiter's own connections made for
 // client so far; ok is false if client's limiters send through go-redis.
 func WireSent(client redis.Scripter) (writes, commands, reads int64, ok bool) {
-	w := wireFor(client)
+	w := testWire(client)
 	if w == nil {
 		return 0, 0, 0, false
 	}
@@ -17,7 +41,7 @@ func WireSent(client redis.Scripter) (writes, commands, reads int64, ok bool) {
 // limiters over their own connections, not counting commands answered
 // NOSCRIPT.
 func WireScripts(client redis.Scripter) int64 {
-	w := wireFor(client)
+	w := testWire(client)
 	if w == nil {
 		return 0
 	}

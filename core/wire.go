@@ -417,50 +417,32 @@ func (n *wnode) conn(ctx context.Context, timeout time.Duration) (cn *wconn, rt 
 // Redis node within its timeout.
 var errNoConn = fmt.Errorf("no connection to redis within the timeout: %w", context.DeadlineExceeded)
 
-// waitDial waits for done, a dial's end, for as long as a call may wait for
-// Redis: timeout, and up to busyAllowance more while this process or host
-// is busy; or until ctx ends.
+// waitDial waits for done, a dial's end, for the call's timeout plus the
+// busy-host allowance, or until ctx ends. A connect takes a moment on a host
+// with CPU to spare; when it takes longer, the dialing goroutine has most
+// likely not run, starved by this process's own callers, so the wait does
+// not judge Redis by the timeout alone. A host that does not answer the
+// connect at all so costs the first callers up to the allowance more; the
+// breaker then opens.
 func waitDial(ctx context.Context, done <-chan struct{}, timeout time.Duration) error {
 	select {
 	case <-done:
 		return nil
 	default:
 	}
-	if timeout <= 0 {
-		select {
-		case <-done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout + busyAllowance)
+		defer t.Stop()
+		expired = t.C
 	}
-	due := time.Now().Add(timeout + promptly)
-	t := time.NewTimer(time.Until(due))
-	defer t.Stop()
-	meter := recentMeter()
-	var added time.Duration
-	for {
-		select {
-		case <-done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			// A connect takes a moment on a host with CPU to spare. A timer
-			// that fired late, or a busy host, may have kept the dialing
-			// goroutine from running: wait that long again, within
-			// busyAllowance.
-			late := time.Since(due)
-			if meter.busy() {
-				late = max(late, busyStep)
-			}
-			if late <= promptly || added >= busyAllowance {
-				return errNoConn
-			}
-			added += late
-			due = time.Now().Add(late)
-			t.Reset(late)
-		}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-expired:
+		return errNoConn
 	}
 }
 
