@@ -104,6 +104,7 @@ type wire struct {
 	opt     *redis.Options       // a *redis.Client's options; nil for a cluster
 	reload  *reloader
 	nodes   *wireNodes
+	single  atomic.Pointer[wnode] // a *redis.Client's one node, once known
 	calls   sync.Pool
 }
 
@@ -303,7 +304,13 @@ func (ns *wireNodes) closeAll() {
 // no braces, so it hashes to its keys' slot).
 func (w *wire) node(ctx context.Context, tag string) (*wnode, error) {
 	if w.cluster == nil {
-		return w.nodeAt(w.opt.Addr, w.opt), nil
+		// One node: found once, not under a lock on every call.
+		if n := w.single.Load(); n != nil {
+			return n, nil
+		}
+		n := w.nodeAt(w.opt.Addr, w.opt)
+		w.single.Store(n)
+		return n, nil
 	}
 	c, err := w.cluster.MasterForKey(ctx, tag)
 	if err != nil {
@@ -833,7 +840,10 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 		// h's reply is not all read yet.
 		if self == nil || mine {
 			if cn.handTo(h) {
-				return self.errIfMine(mine)
+				if mine {
+					return self.err
+				}
+				return nil
 			}
 			if mine {
 				// h's caller left, or h is a connection's set-up: a
@@ -846,14 +856,6 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 			return err
 		}
 	}
-}
-
-// errIfMine returns c's error if mine, else nil.
-func (c *wcall) errIfMine(mine bool) error {
-	if mine {
-		return c.err
-	}
-	return nil
 }
 
 // pop forgets the call whose reply was just read. cn.mu is held.
