@@ -50,8 +50,10 @@ func TestNoScriptRecovery(t *testing.T) {
 				}
 				flushes.Add(1)
 			}
+			// No deny cache: once the quota is spent, the later calls must
+			// still reach Redis for the later flushes to meet them.
 			lim := newLimiter(t, rdb, prefix, limit,
-				slidelimit.WithTimeout(10*time.Second), slidelimit.WithObserver(flush))
+				slidelimit.WithTimeout(10*time.Second), slidelimit.WithObserver(flush), slidelimit.WithDenyCache(0))
 
 			var next, allowed atomic.Int64
 			var firstErr atomic.Value
