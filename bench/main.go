@@ -22,6 +22,7 @@
 // repetitions. The machine is shared and noisy: compare columns of one run.
 //
 // BENCH_CPUPROFILE=file writes a CPU profile of the Go side.
+// BENCH_CONTENDERS=slidelimit,ulule,ceiling runs only the contenders named.
 //
 // It then prints the Redis memory per in-window request and per identity
 // (MEMORY USAGE) and the zset-max-listpack-entries trade-off.
@@ -169,17 +170,18 @@ func run() error {
 		{"ulule", []string{"allowed", "denied"}, setupUlule},
 		{"classic", []string{"allowed", "denied"}, setupClassic},
 	}
+	only := envStrings("BENCH_CONTENDERS", nil)
 	start := time.Now()
 	for rep := range b.reps {
 		for _, path := range envStrings("BENCH_PATHS", []string{"allowed", "denied"}) {
 			for _, c := range b.levels {
 				var order []func() error
 				for _, ct := range contenders {
-					if slices.Contains(ct.paths, path) {
+					if slices.Contains(ct.paths, path) && (only == nil || slices.Contains(only, ct.name)) {
 						order = append(order, func() error { return b.runGo(ctx, ct, path, c) })
 					}
 				}
-				if path == "allowed" && (c == 64 || c == 256) {
+				if path == "allowed" && (c == 64 || c == 256) && (only == nil || slices.Contains(only, "ceiling")) {
 					order = append(order,
 						func() error { return b.runCeiling(ctx, c, 1) },
 						func() error { return b.runCeiling(ctx, c, 16) })

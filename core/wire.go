@@ -87,6 +87,9 @@ type wcall struct {
 
 	skip     int  // replies to drop before c's own (ASKING's)
 	setup    bool // c is a connection's set-up: skip replies and none of its own
+	cmd      allowCmd
+	batch    int  // calls whose replies come in c's batch reply, c's own first; 0: c's alone
+	rider    bool // c's reply comes in an earlier call's batch reply
 	reply    []int64
 	err      error
 	answered bool   // err, if any, is Redis's reply, not a failure to get one
@@ -118,9 +121,9 @@ type wireNodes struct {
 	watching bool                   // watch runs; under mu
 
 	// What the connections did, for tests: writes, reads that brought
-	// replies, allow commands sent, and the allow scripts Redis ran (not
-	// those it answered NOSCRIPT).
-	writes, reads, commands, scripts atomic.Int64
+	// replies, allow commands sent, the allow scripts Redis ran (not those
+	// it answered NOSCRIPT), and the allow calls sent in batches.
+	writes, reads, commands, scripts, batched atomic.Int64
 }
 
 // wires holds one wire per client, weakly, so a client that is garbage
@@ -308,7 +311,7 @@ func (w *wire) node(ctx context.Context, tag string) (*wnode, error) {
 		if n := w.single.Load(); n != nil {
 			return n, nil
 		}
-		n := w.nodeAt(w.opt.Addr, w.opt)
+		n := w.nodeAt(w.opt.Addr, w.opt, true)
 		w.single.Store(n)
 		return n, nil
 	}
@@ -325,18 +328,20 @@ func (w *wire) node(ctx context.Context, tag string) (*wnode, error) {
 		w.nodes.closed.CompareAndSwap(nil, flag)
 	}
 	opt := c.Options()
-	return w.nodeAt(opt.Addr, opt), nil
+	return w.nodeAt(opt.Addr, opt, false), nil
 }
 
 // nodeAt returns the node at addr, dialed with opt (whose Addr is
-// ignored).
-func (w *wire) nodeAt(addr string, opt *redis.Options) *wnode {
+// ignored); batches says whether it decides several identities in one
+// script call (a standalone server: a cluster node runs a script on one
+// slot only).
+func (w *wire) nodeAt(addr string, opt *redis.Options, batches bool) *wnode {
 	ns := w.nodes
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	n := ns.nodes[addr]
 	if n == nil {
-		n = &wnode{addr: addr, opt: opt, counts: ns}
+		n = &wnode{addr: addr, opt: opt, counts: ns, batches: batches}
 		ns.nodes[addr] = n
 	}
 	return n
@@ -351,7 +356,7 @@ func (w *wire) get() *wcall {
 
 // put returns c to the pool; only a call no connection holds any more.
 func (w *wire) put(c *wcall) {
-	c.reply, c.err, c.rt = c.reply[:0], nil, 0
+	c.reply, c.err, c.rt, c.cmd = c.reply[:0], nil, 0, allowCmd{}
 	w.calls.Put(c)
 }
 
@@ -360,6 +365,7 @@ type wnode struct {
 	addr     string
 	opt      *redis.Options
 	counts   *wireNodes
+	batches  bool         // allow commands go out in batches (see closeBatch)
 	answered atomic.Int64 // UnixNano of Redis's last answer on any connection
 
 	mu      sync.Mutex
@@ -594,7 +600,8 @@ type wconn struct {
 	used atomic.Int64 // UnixNano of the last write
 
 	mu       sync.Mutex
-	wbuf     []byte // commands not yet written
+	wbuf     []byte   // commands not yet written
+	open     []*wcall // allow calls not yet encoded: the batch being gathered
 	spare    []byte
 	flushing bool
 	pending  []*wcall // calls written or being written, in order
@@ -617,7 +624,17 @@ func (cn *wconn) send(c *wcall, cmd allowCmd) (bool, error) {
 		cn.mu.Unlock()
 		return false, cn.dead
 	}
-	cn.wbuf = cmd.append(cn.wbuf)
+	c.batch, c.rider = 0, false
+	if cn.node.batches && !cmd.eval && !cmd.asking {
+		c.cmd = cmd
+		cn.open = append(cn.open, c)
+		if len(cn.open) == wireBatch {
+			cn.closeBatch()
+		}
+	} else {
+		cn.closeBatch()
+		cn.wbuf = cmd.append(cn.wbuf)
+	}
 	at := time.Now().UnixNano()
 	c.sent = at
 	if c.timeout <= 0 {
@@ -653,6 +670,30 @@ func (cn *wconn) send(c *wcall, cmd allowCmd) (bool, error) {
 	return role, nil
 }
 
+// wireBatch is the most allow calls one batch command decides.
+const wireBatch = 32
+
+// closeBatch encodes the allow calls gathered into the write buffer: a
+// lone call as its own command, several as one batch, whose one reply the
+// reader hands out in order. cn.mu is held.
+func (cn *wconn) closeBatch() {
+	switch len(cn.open) {
+	case 0:
+		return
+	case 1:
+		cn.wbuf = cn.open[0].cmd.append(cn.wbuf)
+	default:
+		cn.node.counts.batched.Add(int64(len(cn.open)))
+		cn.wbuf = appendBatch(cn.wbuf, cn.open)
+		cn.open[0].batch = len(cn.open)
+		for _, c := range cn.open[1:] {
+			c.rider = true
+		}
+	}
+	clear(cn.open)
+	cn.open = cn.open[:0]
+}
+
 // eagerLoad is the most calls out on a connection, a new one included,
 // for which a call is written at once while the reader waits for Redis.
 const eagerLoad = 8
@@ -678,6 +719,7 @@ func (cn *wconn) flush() {
 	cn.mu.Unlock()
 	for {
 		cn.mu.Lock()
+		cn.closeBatch()
 		if len(cn.wbuf) == 0 || cn.dead != nil {
 			cn.flushing = false
 			cn.mu.Unlock()
@@ -784,6 +826,7 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 				return nil // a drainer with nothing left
 			}
 			h = cn.pending[cn.head]
+			batch := h.batch // set under cn.mu when the batch closes
 			cn.mu.Unlock()
 			if h.skip > 0 {
 				// A reply to drop before h's own: ASKING's, or one of a
@@ -813,6 +856,20 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 				}
 				continue
 			}
+			if batch > 1 {
+				k, err := cn.deliverBatch(batch, self)
+				if err != nil {
+					cn.fail(err) // unreadable
+					continue
+				}
+				if k == 0 {
+					break // read more
+				}
+				if k < 0 {
+					mine = true
+				}
+				continue
+			}
 			k, reply, err := parseIntArray(cn.rbuf[cn.r:cn.w], h.reply[:0])
 			if k == 0 && err == nil {
 				break // read more
@@ -823,18 +880,8 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 			}
 			cn.r += k
 			cn.node.answered.Store(time.Now().UnixNano())
-			cn.mu.Lock()
-			cn.pop()
-			cn.load.Add(-1)
-			cn.mu.Unlock()
-			if h == self {
-				self.reply, self.err, self.answered = reply, err, true
+			if cn.deliver(h, self, reply, err) {
 				mine = true
-				continue
-			}
-			if h.state.CompareAndSwap(cWaiting, cDone) {
-				h.reply, h.err, h.answered = reply, err, true
-				h.ch <- msgDone
 			}
 		}
 		// h's reply is not all read yet.
@@ -856,6 +903,76 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 			return err
 		}
 	}
+}
+
+// deliver forgets h, whose reply was just read, and hands h's caller the
+// reply; it reports whether h is self, the reader's own call.
+func (cn *wconn) deliver(h, self *wcall, reply []int64, err error) bool {
+	cn.mu.Lock()
+	cn.pop()
+	cn.load.Add(-1)
+	cn.mu.Unlock()
+	if h == self {
+		self.reply, self.err, self.answered = reply, err, true
+		return true
+	}
+	if h.state.CompareAndSwap(cWaiting, cDone) {
+		h.reply, h.err, h.answered = reply, err, true
+		h.ch <- msgDone
+	}
+	return false
+}
+
+// deliverBatch reads the reply of a batch of n calls, the next n due, and
+// hands each its own part: its decision, or its error; an error reply to
+// the whole command (NOSCRIPT, say) goes to all n. It returns 0 if the
+// reply is not all read yet, -1 if self's reply was among them, else 1; or
+// the error that makes the connection unreadable.
+func (cn *wconn) deliverBatch(n int, self *wcall) (int, error) {
+	b := cn.rbuf[cn.r:cn.w]
+	size, err := skipReply(b)
+	if err != nil || size == 0 {
+		return 0, err
+	}
+	b = b[:size]
+	all := replyErr(b)
+	pos := 0
+	if all == nil {
+		if b[0] != '*' {
+			return 0, fmt.Errorf("%w: a batch's reply is not an array: %q", errProtocol, b[:min(len(b), 64)])
+		}
+		m, _ := line(b)
+		count, err := parseInt(b[1:m])
+		if err != nil || count != int64(n) {
+			return 0, fmt.Errorf("%w: a batch of %d calls got %d replies", errProtocol, n, count)
+		}
+		pos = m + 2
+	}
+	cn.r += size
+	cn.node.answered.Store(time.Now().UnixNano())
+	mine := false
+	for range n {
+		cn.mu.Lock()
+		h := cn.pending[cn.head]
+		cn.mu.Unlock()
+		reply, err := h.reply[:0], all
+		if all == nil {
+			var k int
+			k, reply, err = parseIntArray(b[pos:], reply)
+			if k == 0 {
+				k, _ = skipReply(b[pos:]) // whole: b was skipped whole
+				err = fmt.Errorf("%w: a batch's reply holds an unreadable part", errProtocol)
+			}
+			pos += k
+		}
+		if cn.deliver(h, self, reply, err) {
+			mine = true
+		}
+	}
+	if mine {
+		return -1, nil
+	}
+	return 1, nil
 }
 
 // pop forgets the call whose reply was just read. cn.mu is held.
@@ -990,11 +1107,11 @@ const drainBound = 3 * time.Second
 // the reader role calls it.
 func (cn *wconn) abandon() {
 	cn.mu.Lock()
-	due := 0
+	due := -len(cn.open) // not written: no reply is due
 	for _, c := range cn.pending[cn.head:] {
 		due += c.skip
-		if !c.setup {
-			due++ // its own
+		if !c.setup && !c.rider {
+			due++ // its own, or its batch's
 		}
 	}
 	cn.mu.Unlock()
@@ -1036,6 +1153,8 @@ func (cn *wconn) failAnd(cause error, close bool) {
 	cn.dead, cn.deadRT = cause, rt
 	calls := cn.pending[cn.head:]
 	cn.pending, cn.head = nil, 0
+	clear(cn.open)
+	cn.open = cn.open[:0]
 	cn.load.Store(0)
 	cn.mu.Unlock()
 	if close {

@@ -36,6 +36,16 @@ func (cmd allowCmd) append(b []byte) []byte {
 		b = appendBulk(b, allowScript.Hash())
 	}
 	b = appendBulkInt(b, int64(nk))
+	b = cmd.appendKeys(b)
+	b = appendBulkInt(b, int64(cmd.n))
+	b = appendBulk(b, cmd.id)
+	b = appendBulk(b, cmd.now)
+	return append(b, l.quotaTail...)
+}
+
+// appendKeys appends the command's keys to b.
+func (cmd allowCmd) appendKeys(b []byte) []byte {
+	l := cmd.l
 	for _, s := range l.suffixes {
 		b = appendBulkHeader(b, len(l.cfg.prefix)+1+len(cmd.tag)+len(s))
 		b = append(b, l.cfg.prefix...)
@@ -44,10 +54,36 @@ func (cmd allowCmd) append(b []byte) []byte {
 		b = append(b, s...)
 		b = append(b, '\r', '\n')
 	}
-	b = appendBulkInt(b, int64(cmd.n))
-	b = appendBulk(b, cmd.id)
-	b = appendBulk(b, cmd.now)
-	return append(b, l.quotaTail...)
+	return b
+}
+
+// appendBatch appends one EVALSHA that decides the allow commands of calls
+// in order (allow.lua's batch form): every call's keys, then "*" and, for
+// each call, its number of keys, cost, request id, now and limits.
+func appendBatch(b []byte, calls []*wcall) []byte {
+	keys, args := 0, 1
+	for _, c := range calls {
+		nk := len(c.cmd.l.suffixes)
+		keys += nk
+		args += 4 + 2*nk
+	}
+	b = appendArrayHeader(b, 3+keys+args)
+	b = appendBulk(b, "EVALSHA")
+	b = appendBulk(b, allowScript.Hash())
+	b = appendBulkInt(b, int64(keys))
+	for _, c := range calls {
+		b = c.cmd.appendKeys(b)
+	}
+	b = appendBulk(b, "*")
+	for _, c := range calls {
+		cmd := c.cmd
+		b = appendBulkInt(b, int64(len(cmd.l.suffixes)))
+		b = appendBulkInt(b, int64(cmd.n))
+		b = appendBulk(b, cmd.id)
+		b = appendBulk(b, cmd.now)
+		b = append(b, cmd.l.quotaTail...)
+	}
+	return b
 }
 
 // evalWire runs the allow script for the identity of hash tag tag over the
@@ -101,7 +137,7 @@ func (l *Limiter) evalWire(ctx context.Context, tag string, n int, id, now strin
 			w.reload.maybe()
 			if addr := redirectAddr(err); addr != "" {
 				opt := node.opt
-				node = w.nodeAt(addr, opt)
+				node = w.nodeAt(addr, opt, false)
 				asking = redis.HasErrorPrefix(err, "ASK")
 				continue
 			}
