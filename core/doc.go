@@ -67,7 +67,9 @@
 // no goroutine in between; calls that arrive while others are out wait in
 // the connection's buffer and go out together in one write as soon as the
 // reader waits for Redis again, so a burst of 1,000 calls costs a few dozen
-// writes. Commands and replies are encoded and parsed in place: an admitted
+// writes. On a standalone Redis the calls that go out together are one
+// EVALSHA of the script's batch form, decided in order under one TIME, each
+// with its own reply or error. Commands and replies are encoded and parsed in place: an admitted
 // decision allocates only its Result. Each decision keeps its own request
 // id, and a caller whose context ends leaves at once; its reply is read and
 // dropped by the next reader.
