@@ -612,8 +612,9 @@ type wconn struct {
 	deadRT   uint64
 
 	// The reader role's own.
-	rbuf []byte
-	r, w int
+	scratch []int64 // the reply being parsed
+	rbuf    []byte
+	r, w    int
 }
 
 // send writes cmd for c, and returns whether c now holds the reader role.
@@ -870,7 +871,7 @@ func (cn *wconn) read(ctx context.Context, self *wcall) error {
 				}
 				continue
 			}
-			k, reply, err := parseIntArray(cn.rbuf[cn.r:cn.w], h.reply[:0])
+			k, reply, err := parseIntArray(cn.rbuf[cn.r:cn.w], cn.scratch[:0])
 			if k == 0 && err == nil {
 				break // read more
 			}
@@ -912,12 +913,16 @@ func (cn *wconn) deliver(h, self *wcall, reply []int64, err error) bool {
 	cn.pop()
 	cn.load.Add(-1)
 	cn.mu.Unlock()
+	cn.scratch = reply[:0] // keep what parsing grew
+	// The reply is copied into h's own slice only once h is this reader's
+	// to answer: a call whose connection failed may already be resent on
+	// another, whose reader answers it.
 	if h == self {
-		self.reply, self.err, self.answered = reply, err, true
+		self.reply, self.err, self.answered = append(self.reply[:0], reply...), err, true
 		return true
 	}
 	if h.state.CompareAndSwap(cWaiting, cDone) {
-		h.reply, h.err, h.answered = reply, err, true
+		h.reply, h.err, h.answered = append(h.reply[:0], reply...), err, true
 		h.ch <- msgDone
 	}
 	return false
@@ -955,7 +960,7 @@ func (cn *wconn) deliverBatch(n int, self *wcall) (int, error) {
 		cn.mu.Lock()
 		h := cn.pending[cn.head]
 		cn.mu.Unlock()
-		reply, err := h.reply[:0], all
+		reply, err := cn.scratch[:0], all
 		if all == nil {
 			var k int
 			k, reply, err = parseIntArray(b[pos:], reply)
