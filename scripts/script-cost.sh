@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # script-cost.sh: what one allow.lua admission costs inside Redis, beside the
-# classic sliding-log script (bench/main.go's classicSource), on one server.
+# classic sliding-log script (bench/main.go's classicSource) and ulule/limiter's
+# fixed-window script, on one server.
 #
 #   WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/script-cost.sh
 #
@@ -53,10 +54,28 @@ if [ -n "${SCRIPT_COST_BASE:-}" ]; then
 fi
 sed -n '/^const classicSource = `/,/^`/p' bench/main.go | sed '1d;$d' >"$work/classic.lua"
 names+=(classic)
+# ulule/limiter v3's Redis store script (INCRBY, then PEXPIRE or PTTL): the
+# fixed-window peer, for scale.
+cat >"$work/ulule.lua" <<'LUA'
+local key = KEYS[1]
+local count = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local ret = redis.call("incrby", key, ARGV[1])
+if ret == count then
+	if ttl > 0 then
+		redis.call("pexpire", key, ARGV[2])
+	end
+	return {ret, ttl}
+end
+ttl = redis.call("pttl", key)
+return {ret, ttl}
+LUA
+names+=(ulule)
 
 # args NAME SHA: the EVALSHA command line of script NAME.
 args() {
 	case $1 in
+	ulule) echo EVALSHA "$2" 1 "u{__rand_int__}" 1 60000 ;;
 	classic) echo EVALSHA "$2" 1 "c{__rand_int__}" 1764000000000 60000 1000000 "1764000000000-__rand_int__-__rand_int__-__rand_int__" ;;
 	*) echo EVALSHA "$2" 1 "s{__rand_int__}:q" 1 "__rand_int__-__rand_int__-__rand_int__" '""' 1000000 60000000 ;;
 	esac
