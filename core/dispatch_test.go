@@ -142,9 +142,11 @@ func TestBurstIsExactOnABusyHost(t *testing.T) {
 			t.Fatalf("1,000 concurrent Allow, limit 5 = %d admitted, %d fallbacks, errors %v; want 5, 0, none", admitted, fallbacks, errs)
 		}
 		// Redis answers whatever it read in one go: shared, its answers
-		// come back several to a read (measured: 11–261 reads).
-		if reads > 500 {
-			t.Errorf("1,000 concurrent calls were answered in %d reads, want them shared (at most 500, two answers a read)", reads)
+		// come back several to a read. Measured: 10–261 reads, and 579
+		// once under a loaded CI run; a caller reading its own answer
+		// would take about 1,000.
+		if reads > 750 {
+			t.Errorf("1,000 concurrent calls were answered in %d reads, want them shared (at most 750, four answers in three reads)", reads)
 		}
 
 		// 50 identities × 20 concurrent calls each.
