@@ -18,11 +18,14 @@
 # SCRIPT_COST_N=50000       calls per script and round
 # SCRIPT_COST_CLIENTS=16    redis-benchmark -c
 # SCRIPT_COST_IDENTITIES=1000  keys the calls spread over (redis-benchmark -r)
-# SCRIPT_COST_CALLGRIND=1   instead: instructions per call (valgrind's
+# SCRIPT_COST_CALLGRIND=1   instead: instructions per decision (valgrind's
 #                           callgrind, a server of its own on a unix socket, 2,000
-#                           calls over 100 keys after as many to warm them up):
+#                           decisions over 100 keys after as many to warm them up):
 #                           exact and repeatable, so it ranks variants on a noisy
-#                           machine where the times vary by tens of percent.
+#                           machine where the times vary by tens of percent. It
+#                           adds a script that does nothing (the cost of any
+#                           EVALSHA) and allow.lua's batch form, B requests a call,
+#                           for each B in SCRIPT_COST_BATCHES (default "4 16").
 #
 # Request ids are three __rand_int__ (38 bytes; slidelimit sends 8), so the
 # keys stay distinct; the classic script's `now` cannot advance under
@@ -83,26 +86,50 @@ args() {
 
 if [ "${SCRIPT_COST_CALLGRIND:-0}" = 1 ]; then
 	sock=$work/redis.sock
-	valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.%n" \
+	valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.%p" \
 		redis-server --port 0 --unixsocket "$sock" --save '' --appendonly no --dir "$work" >"$work/valgrind.log" 2>&1 &
 	vpid=$!
 	for _ in $(seq 600); do
 		[ "$(redis-cli -s "$sock" ping 2>/dev/null)" = PONG ] && break
 		sleep 0.1
 	done
-	k=0
-	for name in "${names[@]}"; do
+	# An EVALSHA that does nothing: what any script call costs.
+	echo 'return 1' >"$work/nothing.lua"
+	dumps=0
+	# measure LABEL DECISIONS ARGS...: instructions per decision of 2,000
+	# decisions after as many to warm up, the calls given by ARGS.
+	measure() {
+		local label=$1 decisions=$2
+		shift 2
+		local n=$((2000 / decisions))
+		redis-benchmark -s "$sock" -n "$n" -c 4 -r 100 -q "$@" >/dev/null
+		callgrind_control -z "$vpid" >/dev/null 2>&1
+		redis-benchmark -s "$sock" -n "$n" -c 4 -r 100 -q "$@" >/dev/null
+		callgrind_control -d "$label" "$vpid" >/dev/null 2>&1
+		dumps=$((dumps + 1))
+		local file="$work/callgrind.$vpid.$dumps"
+		for _ in $(seq 100); do
+			[ -s "$file" ] && grep -q '^totals:' "$file" && break
+			sleep 0.1
+		done
+		ir=$(awk '/^totals:/ {print $2; exit}' "$file")
+		printf '%-24s %8.0f instructions per decision\n' "$label" "$(echo "$ir / ($n * $decisions)" | bc -l)"
+	}
+	for name in nothing "${names[@]}"; do
 		sha=$(redis-cli -s "$sock" script load "$(cat "$work/$name.lua")")
 		redis-cli -s "$sock" flushall >/dev/null
 		eval "set -- $(args "$name" "$sha")"
-		redis-benchmark -s "$sock" -n 2000 -c 4 -r 100 -q "$@" >/dev/null
-		callgrind_control -z "$vpid" >/dev/null 2>&1
-		redis-benchmark -s "$sock" -n 2000 -c 4 -r 100 -q "$@" >/dev/null
-		k=$((k + 1))
-		callgrind_control -d "$name" "$vpid" >/dev/null 2>&1
-		sleep 1
-		ir=$(awk '/^totals:/ {print $2; exit}' "$(ls -t "$work"/callgrind.* | head -1)")
-		printf '%-24s %8.0f instructions per call\n' "$name" "$(echo "$ir / 2000" | bc -l)"
+		measure "$name" 1 "$@"
+	done
+	# allow.lua's batch form: B requests of B identities in one call.
+	sha=$(redis-cli -s "$sock" script load "$(cat "$work/allow.lua")")
+	for b in ${SCRIPT_COST_BATCHES:-4 16}; do
+		redis-cli -s "$sock" flushall >/dev/null
+		set -- EVALSHA "$sha" "$b"
+		for i in $(seq "$b"); do set -- "$@" "s{__rand_int__}:q$i"; done
+		set -- "$@" '*'
+		for i in $(seq "$b"); do set -- "$@" 1 1 "__rand_int__-$i-__rand_int__" '' 1000000 60000000; done
+		measure "allow, batch of $b" "$b" "$@"
 	done
 	exit 0
 fi
