@@ -26,6 +26,15 @@
 #                           adds a script that does nothing (the cost of any
 #                           EVALSHA) and allow.lua's batch form, B requests a call,
 #                           for each B in SCRIPT_COST_BATCHES (default "4 16").
+# SCRIPT_COST_INFLIGHT=16   instead: that many decisions in flight at once, with
+#                           redis-benchmark as a client that costs nothing per
+#                           decision: ulule's and the classic script on that many
+#                           connections, then allow.lua grouped every way (one call
+#                           per connection, pipelined on 4 connections, batches of
+#                           2, 4, 8 on fewer connections). Prints decisions/s and
+#                           Redis CPU per decision. Redis is pinned to CPU 0 and
+#                           redis-benchmark to CPU 1 when taskset and two cores
+#                           are there, so the client never takes Redis's core.
 #
 # Request ids are three __rand_int__ (38 bytes; slidelimit sends 8), so the
 # keys stay distinct; the classic script's `now` cannot advance under
@@ -139,6 +148,73 @@ host=${SLIDELIMIT_REDIS_ADDR%:*}
 port=${SLIDELIMIT_REDIS_ADDR##*:}
 cli() { redis-cli -h "$host" -p "$port" "$@" | tr -d '\r'; }
 cpu() { cli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}'; }
+
+# batchArgs SHA B: allow.lua's batch form, B requests of B identities.
+batchArgs() {
+	local a=(EVALSHA "$1" "$2") i
+	for i in $(seq "$2"); do a+=("s{__rand_int__}:q$i"); done
+	a+=('*')
+	for i in $(seq "$2"); do a+=(1 1 "__rand_int__-$i-__rand_int__" '' 1000000 60000000); done
+	printf '%s\n' "${a[@]}"
+}
+
+if [ -n "${SCRIPT_COST_INFLIGHT:-}" ]; then
+	f=$SCRIPT_COST_INFLIGHT
+	pin=()
+	if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+		taskset -pc 0 "$(cli info server | awk -F: '/^process_id:/ {print $2}')" >/dev/null
+		pin=(taskset -c 1)
+		where="Redis pinned to CPU 0, redis-benchmark to CPU 1"
+	else
+		where="unpinned"
+	fi
+	echo "redis $(cli info server | awk -F: '/^redis_version:/ {print $2}'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $where"
+	echo "$f decisions in flight, $reps interleaved rounds of $n decisions; median (min, max) of the rounds"
+	# inflight LABEL CONNS PIPELINE DECISIONS ARGS...: one round.
+	inflight() {
+		local label=$1 c=$2 p=$3 d=$4
+		shift 4
+		local calls=$((n / d))
+		cli flushall >/dev/null
+		local c0 c1 rps
+		c0=$(cpu)
+		rps=$("${pin[@]}" redis-benchmark -h "$host" -p "$port" -n "$calls" -c "$c" -P "$p" -r "$identities" -q "$@" |
+			tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1)
+		c1=$(cpu)
+		printf '%s|%s %s\n' "$label" "$(echo "$rps * $d" | bc -l)" "$(echo "($c1 - $c0) * 1000000 / ($calls * $d)" | bc -l)" >>"$work/inflight"
+	}
+	labels=()
+	for rep in $(seq "$reps"); do
+		for name in ulule classic allow; do
+			sha=$(cli script load "$(cat "$work/$name.lua")")
+			eval "set -- $(args "$name" "$sha")"
+			label="$name: $f connections, one call each"
+			inflight "$label" "$f" 1 1 "$@"
+			[ "$rep" = 1 ] && labels+=("$label")
+		done
+		if [ "$f" -ge 8 ]; then
+			label="allow: 4 connections, $((f / 4)) calls pipelined"
+			inflight "$label" 4 $((f / 4)) 1 "$@"
+			[ "$rep" = 1 ] && labels+=("$label")
+		fi
+		for b in 2 4 8 16; do
+			[ "$b" -lt "$f" ] || break
+			mapfile -t batch < <(batchArgs "$sha" "$b")
+			label="allow: $((f / b)) connections, a batch of $b each"
+			inflight "$label" $((f / b)) 1 "$b" "${batch[@]}"
+			[ "$rep" = 1 ] && labels+=("$label")
+		done
+	done
+	printf '%-48s %-24s %s\n' "" "decisions/s" "Redis CPU µs per decision"
+	for label in "${labels[@]}"; do
+		stat() {
+			awk -F'|' -v l="$label" '$1 == l {print $2}' "$work/inflight" | cut -d' ' -f"$1" | sort -g |
+				awk -v f="$2" '{a[NR] = $1} END {printf f, a[int((NR + 1) / 2)], a[1], a[NR]}'
+		}
+		printf '%-48s %-24s %s\n' "$label" "$(stat 1 '%.0f (%.0f, %.0f)')" "$(stat 2 '%.1f (%.1f, %.1f)')"
+	done
+	exit 0
+fi
 
 echo "redis $(cli info server | awk -F: '/^redis_version:/ {print $2}'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "redis-benchmark -n $n -c $clients -r $identities, $reps interleaved rounds"
