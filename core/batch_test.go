@@ -42,7 +42,8 @@ func runBatch(t *testing.T, rdb *redis.Client, keys []string, args []any) []any 
 // Redis TIME.
 func TestScriptBatchDecidesInOrder(t *testing.T) {
 	rdb := redistest.Client(t)
-	a, b := "batch:{a}:5/1m", "batch:{b}:5/1m"
+	p := redistest.Prefix(t)
+	a, b := p+"{a}:5/1m", p+"{b}:5/1m"
 	keys := []string{a, a, a, b, a, a, a, a}
 	ids := []string{"a1", "a2", "a3", "b1", "a4", "a5", "a6", "a1"}
 	reply := runBatch(t, rdb, keys, batchArgs(5, ids...))
@@ -85,11 +86,12 @@ func TestScriptBatchDecidesInOrder(t *testing.T) {
 // replies of their own, and the requests around them are decided.
 func TestScriptBatchIsolatesErrors(t *testing.T) {
 	rdb := redistest.Client(t)
-	bad := "batch:{bad}:5/1m"
+	p := redistest.Prefix(t)
+	bad := p + "{bad}:5/1m"
 	if err := rdb.Set(t.Context(), bad, "a string", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"batch:{x}:5/1m", bad, "batch:{y}:5/1m", "batch:{z}:5/1m"}
+	keys := []string{p + "{x}:5/1m", bad, p + "{y}:5/1m", p + "{z}:5/1m"}
 	args := batchArgs(5, "x1", "bad1", "y1", "z1")
 	args[len(args)-2] = "not a number" // z1's quota
 	reply := runBatch(t, rdb, keys, args)
