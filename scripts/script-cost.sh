@@ -93,6 +93,15 @@ args() {
 	esac
 }
 
+# batchArgs SHA B: allow.lua's batch form, B requests of B identities.
+batchArgs() {
+	local a=(EVALSHA "$1" "$2") i
+	for i in $(seq "$2"); do a+=("s{__rand_int__}:q$i"); done
+	a+=('*')
+	for i in $(seq "$2"); do a+=(1 1 "__rand_int__-$i-__rand_int__" '' 1000000 60000000); done
+	printf '%s\n' "${a[@]}"
+}
+
 if [ "${SCRIPT_COST_CALLGRIND:-0}" = 1 ]; then
 	sock=$work/redis.sock
 	valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.%p" \
@@ -134,11 +143,8 @@ if [ "${SCRIPT_COST_CALLGRIND:-0}" = 1 ]; then
 	sha=$(redis-cli -s "$sock" script load "$(cat "$work/allow.lua")")
 	for b in ${SCRIPT_COST_BATCHES:-4 16}; do
 		redis-cli -s "$sock" flushall >/dev/null
-		set -- EVALSHA "$sha" "$b"
-		for i in $(seq "$b"); do set -- "$@" "s{__rand_int__}:q$i"; done
-		set -- "$@" '*'
-		for i in $(seq "$b"); do set -- "$@" 1 1 "__rand_int__-$i-__rand_int__" '' 1000000 60000000; done
-		measure "allow, batch of $b" "$b" "$@"
+		mapfile -t batch < <(batchArgs "$sha" "$b")
+		measure "allow, batch of $b" "$b" "${batch[@]}"
 	done
 	exit 0
 fi
@@ -148,15 +154,6 @@ host=${SLIDELIMIT_REDIS_ADDR%:*}
 port=${SLIDELIMIT_REDIS_ADDR##*:}
 cli() { redis-cli -h "$host" -p "$port" "$@" | tr -d '\r'; }
 cpu() { cli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}'; }
-
-# batchArgs SHA B: allow.lua's batch form, B requests of B identities.
-batchArgs() {
-	local a=(EVALSHA "$1" "$2") i
-	for i in $(seq "$2"); do a+=("s{__rand_int__}:q$i"); done
-	a+=('*')
-	for i in $(seq "$2"); do a+=(1 1 "__rand_int__-$i-__rand_int__" '' 1000000 60000000); done
-	printf '%s\n' "${a[@]}"
-}
 
 if [ -n "${SCRIPT_COST_INFLIGHT:-}" ]; then
 	f=$SCRIPT_COST_INFLIGHT
