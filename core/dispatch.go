@@ -62,9 +62,9 @@ type dispatcher struct {
 }
 
 // dispatcherFor returns client's dispatcher, or nil if client cannot
-// pipeline. Limiters on one *redis.Client, *redis.ClusterClient or
-// *redis.Ring share a dispatcher; any other client value gets one of its
-// own.
+// pipeline. Limiters on one *redis.Client, *redis.ClusterClient,
+// *redis.Ring or *redis.Conn share a dispatcher; any other client value
+// gets one of its own.
 func dispatcherFor(client redis.Scripter) *dispatcher {
 	p, ok := client.(interface{ Pipeline() redis.Pipeliner })
 	if !ok {
@@ -77,6 +77,8 @@ func dispatcherFor(client redis.Scripter) *dispatcher {
 	case *redis.ClusterClient:
 		key = weak.Make(c)
 	case *redis.Ring:
+		key = weak.Make(c)
+	case *redis.Conn:
 		key = weak.Make(c)
 	default:
 		return newDispatcher(client, p.Pipeline)
@@ -116,6 +118,10 @@ func newDispatcher(client redis.Scripter, pipe func() redis.Pipeliner) *dispatch
 		d.reload = &reloader{cluster: c}
 	case *redis.Client:
 		d.single = true
+	case *redis.Conn:
+		// One connection, not safe for concurrent use: one round trip at
+		// a time, the calls that wait meanwhile going out together next.
+		d.single, d.maxInFlight = true, 1
 	}
 	return d
 }
