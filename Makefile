@@ -11,13 +11,14 @@ GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lin
 ## test: vet and test every module with -race against real Redis (standalone and Cluster),
 ## and their allocation tests without -race (whose sync.Pool drops items at random),
 ## then core, integration and examples once more against the newest go-redis v9,
-## then the release check.
+## then every fuzz target for FUZZTIME (10s) beyond its seeds, then the release check.
 test:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	scripts/each-module.sh $(GO) vet ./...
 	scripts/with-redis.sh scripts/each-module.sh $(GO) test -race -count=1 ./...
 	scripts/with-redis.sh scripts/each-module.sh $(GO) test -count=1 -run 'Alloc' ./...
 	GO=$(GO) scripts/with-redis.sh scripts/test-newest-goredis.sh
+	GO=$(GO) scripts/with-redis.sh scripts/fuzz.sh
 	$(MAKE) --no-print-directory release-check
 
 ## release-check: publish every library module of the working tree at the CHANGELOG's
