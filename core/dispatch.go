@@ -372,16 +372,9 @@ func isTimeout(err error) bool {
 // run sends batch, then the next batches while calls wait.
 func (ln *lane) run(batch []*call) {
 	for batch != nil {
-		var failed bool
-		if ln.d.bounded && maxTimeout(batch) > 0 {
-			var held []*call
-			if failed, held = ln.bounded(context.Background(), batch); held != nil {
-				f, _ := ln.start(held).wait(nil)
-				failed = failed || f
-			}
-		} else {
-			failed, _ = ln.start(batch).wait(nil)
-		}
+		// A batch waits on Redis behind the batches ahead of it, which only
+		// trip.wait allows for: its round trip is never bounded directly.
+		failed, _ := ln.start(batch).wait(nil)
 		batch = ln.next(failed)
 	}
 }
