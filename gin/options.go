@@ -6,6 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 	"github.com/slidelimit/slidelimit/core/httplimit"
 )
 
@@ -27,18 +28,12 @@ type DenyHandler func(c *gin.Context, res slidelimit.Result)
 type ErrorHandler func(c *gin.Context, err error)
 
 type config struct {
-	limiter     *slidelimit.Limiter
-	limiterFunc func(*gin.Context) *slidelimit.Limiter
-	key         KeyFunc
-	cost        func(*gin.Context) int
-	skip        func(*gin.Context) bool
-	deny        DenyHandler
-	fail        ErrorHandler
-	hook        func(*gin.Context, error)
-	headers     slidelimit.Headers
-	refundOK    bool
-	refundFail  bool
-	failed      func(status int) bool
+	flow    adapter.Flow[*gin.Context]
+	key     KeyFunc
+	deny    DenyHandler
+	fail    ErrorHandler
+	hook    func(*gin.Context, error)
+	headers slidelimit.Headers
 }
 
 // WithKey sets how requests are told apart. The default is KeyByIP: the
@@ -58,21 +53,21 @@ func WithKey(f KeyFunc) Option {
 // slidelimit.New. When f returns nil, the limiter given to New is used. The
 // default uses that limiter for every request.
 func WithLimiterFunc(f func(c *gin.Context) *slidelimit.Limiter) Option {
-	return func(c *config) { c.limiterFunc = f }
+	return func(c *config) { c.flow.Limiters = f }
 }
 
 // WithCost sets how many units each request takes. The default is 1. A cost
 // below 1 or above the smallest quota is an error
 // (slidelimit.ErrInvalidCost), answered by the error handler.
 func WithCost(f func(c *gin.Context) int) Option {
-	return func(c *config) { c.cost = f }
+	return func(c *config) { c.flow.Cost = f }
 }
 
 // WithSkip passes the requests for which f returns true straight on,
 // neither counted nor given rate-limit headers: health checks, allow-listed
 // clients. The default skips nothing.
 func WithSkip(f func(c *gin.Context) bool) Option {
-	return func(c *config) { c.skip = f }
+	return func(c *config) { c.flow.Skip = f }
 }
 
 // WithDenyHandler sets how a denied request is answered. The default,
@@ -129,14 +124,14 @@ func WithHeaders(h slidelimit.Headers) Option {
 // with slidelimit.Limiter.Refund. The headers already sent still count the
 // request. The default counts every admitted request.
 func WithRefundFailed() Option {
-	return func(c *config) { c.refundFail = true }
+	return func(c *config) { c.flow.RefundFailed = true }
 }
 
 // WithRefundSuccessful makes successful requests not count, the converse of
 // WithRefundFailed: only failed requests use up the quota, as for a limit
 // on failed logins. The default counts every admitted request.
 func WithRefundSuccessful() Option {
-	return func(c *config) { c.refundOK = true }
+	return func(c *config) { c.flow.RefundSuccessful = true }
 }
 
 // WithFailedStatus sets which response status codes make a request failed,
@@ -145,25 +140,24 @@ func WithRefundSuccessful() Option {
 func WithFailedStatus(f func(status int) bool) Option {
 	return func(c *config) {
 		if f != nil {
-			c.failed = f
+			c.flow.Failed = f
 		}
 	}
 }
 
 func newConfig(lim *slidelimit.Limiter, opts []Option) *config {
 	c := &config{
-		limiter: lim,
-		key:     KeyByIP,
-		deny:    DefaultDenyHandler,
-		fail:    DefaultErrorHandler,
-		hook:    logError,
-		failed:  httplimit.Failed,
+		key:  KeyByIP,
+		deny: DefaultDenyHandler,
+		fail: DefaultErrorHandler,
+		hook: logError,
 	}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(c)
 		}
 	}
+	c.newFlow(lim)
 	return c
 }
 

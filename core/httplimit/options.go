@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 )
 
 // Option configures the middleware returned by New.
@@ -23,7 +24,7 @@ type DenyHandler func(w http.ResponseWriter, r *http.Request, res slidelimit.Res
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 type config struct {
-	limiter     *slidelimit.Limiter
+	flow        adapter.Flow[exchange]
 	limiterFunc func(*http.Request) *slidelimit.Limiter
 	key         KeyFunc
 	cost        func(*http.Request) int
@@ -32,8 +33,6 @@ type config struct {
 	fail        ErrorHandler
 	hook        func(*http.Request, error)
 	headers     slidelimit.Headers
-	refundOK    bool
-	refundFail  bool
 	failed      func(status int) bool
 }
 
@@ -125,14 +124,14 @@ func WithHeaders(h slidelimit.Headers) Option {
 // slidelimit.Limiter.Refund. The headers already sent still count the
 // request. The default counts every admitted request.
 func WithRefundFailed() Option {
-	return func(c *config) { c.refundFail = true }
+	return func(c *config) { c.flow.RefundFailed = true }
 }
 
 // WithRefundSuccessful makes successful requests not count, the converse of
 // WithRefundFailed: only failed requests use up the quota, as for a limit on
 // failed logins. The default counts every admitted request.
 func WithRefundSuccessful() Option {
-	return func(c *config) { c.refundOK = true }
+	return func(c *config) { c.flow.RefundSuccessful = true }
 }
 
 // WithFailedStatus sets which response status codes make a request failed,
@@ -149,23 +148,23 @@ func WithFailedStatus(f func(status int) bool) Option {
 // Failed reports whether status makes a request failed by default, for the
 // refund options of every adapter: 400 and above.
 func Failed(status int) bool {
-	return status >= http.StatusBadRequest
+	return adapter.HTTPFailed(status)
 }
 
 func newConfig(lim *slidelimit.Limiter, opts []Option) *config {
 	c := &config{
-		limiter: lim,
-		key:     KeyByIP,
-		deny:    DefaultDenyHandler,
-		fail:    DefaultErrorHandler,
-		hook:    logError,
-		failed:  Failed,
+		key:    KeyByIP,
+		deny:   DefaultDenyHandler,
+		fail:   DefaultErrorHandler,
+		hook:   logError,
+		failed: Failed,
 	}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(c)
 		}
 	}
+	c.newFlow(lim)
 	return c
 }
 
