@@ -62,6 +62,8 @@ type Decision struct {
 	// Err is why the request failed, for Fail; for an Admit that Redis
 	// could not decide, the Redis error, already given to Hook.
 	Err error
+	// Identity is the identity the limiter was asked about, "" if none.
+	Identity string
 
 	lim *slidelimit.Limiter // the limiter that decided, for a refund
 }
@@ -125,6 +127,13 @@ func (f *Flow[C]) Decide(ctx context.Context, c C) Decision {
 	if f.Skip != nil && f.Skip(c) {
 		return Decision{}
 	}
+	return f.Limit(ctx, c)
+}
+
+// Limit is Decide without the Skip step, for an adapter that has asked
+// Skip itself, such as the gRPC stream interceptor, whose skipped streams
+// skip its message limit too.
+func (f *Flow[C]) Limit(ctx context.Context, c C) Decision {
 	lim := f.Limiter
 	if f.Limiters != nil {
 		if chosen := f.Limiters(c); chosen != nil {
@@ -137,7 +146,7 @@ func (f *Flow[C]) Decide(ctx context.Context, c C) Decision {
 		}
 		return f.fail(ctx, c, fmt.Errorf("%s: %w", f.Name, ErrNoLimiter))
 	}
-	id, err := f.identify(c)
+	id, err := f.Identify(c)
 	if err != nil {
 		return f.fail(ctx, c, err)
 	}
@@ -148,20 +157,37 @@ func (f *Flow[C]) Decide(ctx context.Context, c C) Decision {
 	return f.Check(ctx, c, lim, id, cost)
 }
 
-// identify returns the identity Key gives c, or the error that fails it.
-func (f *Flow[C]) identify(c C) (string, error) {
+// Identify returns the identity Key gives c, or the *KeyError that fails
+// it: Key's error, or one wrapping slidelimit.ErrInvalidKey for an empty
+// identity or a nil Key. It does not report the error.
+func (f *Flow[C]) Identify(c C) (string, error) {
 	if f.Key == nil {
-		return "", fmt.Errorf("%w: %s: no key function", slidelimit.ErrInvalidKey, f.Name)
+		return "", &KeyError{Name: f.Name, Err: fmt.Errorf("%w: no key function", slidelimit.ErrInvalidKey)}
 	}
 	id, err := f.Key(c)
 	if err != nil {
-		return "", fmt.Errorf("%s: key: %w", f.Name, err)
+		return "", &KeyError{Name: f.Name, Err: err}
 	}
 	if id == "" {
-		return "", fmt.Errorf("%w: %s: key: empty identity", slidelimit.ErrInvalidKey, f.Name)
+		return "", &KeyError{Name: f.Name, Err: fmt.Errorf("%w: empty identity", slidelimit.ErrInvalidKey)}
 	}
 	return id, nil
 }
+
+// KeyError is the error of a request whose key function failed or gave
+// an empty identity: "<Name>: key: " and Err.
+type KeyError struct {
+	// Name is the adapter's name, as in Flow.Name.
+	Name string
+	// Err is the key function's error.
+	Err error
+}
+
+// Error returns "<Name>: key: " and Err's message.
+func (e *KeyError) Error() string { return e.Name + ": key: " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *KeyError) Unwrap() error { return e.Err }
 
 // Check runs the last steps of the flow, from the limiter's decision on:
 // it asks lim to admit cost units for id, writes the header fields and
@@ -173,7 +199,7 @@ func (f *Flow[C]) Check(ctx context.Context, c C, lim *slidelimit.Limiter, id st
 	if f.SetHeaders != nil {
 		f.SetHeaders(c, res)
 	}
-	d := Decision{Verdict: Admit, Result: res, Err: err, lim: lim}
+	d := Decision{Verdict: Admit, Result: res, Err: err, Identity: id, lim: lim}
 	switch {
 	case err != nil:
 		f.hook(ctx, c, err)
