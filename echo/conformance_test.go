@@ -19,6 +19,7 @@ func TestConformance(t *testing.T) {
 			Skipper:                func(c echo.Context) bool { return c.Request().URL.Path == s.SkipPath },
 			SkipFailedRequests:     s.RefundFailed,
 			SkipSuccessfulRequests: s.RefundSuccessful,
+			Headers:                s.Headers,
 		}
 		if s.KeyHeader != "" {
 			cfg.IdentifierExtractor = echolimit.KeyByHeader(s.KeyHeader)

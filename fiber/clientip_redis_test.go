@@ -43,25 +43,6 @@ func serveScenario(t *testing.T, c *client, sc redistest.ClientIPScenario) map[s
 	return admitted
 }
 
-// TestClientIPScenarios runs the proxy scenarios every adapter runs
-// against real Redis through ClientIP.Key, on a real loopback listener.
-func TestClientIPScenarios(t *testing.T) {
-	t.Parallel()
-	rdb := redistest.Client(t)
-	for _, sc := range redistest.ClientIPScenarios() {
-		t.Run(sc.Name, func(t *testing.T) {
-			t.Parallel()
-			lim := newLimiter(t, rdb, slidelimit.Per(redistest.ClientIPLimit, time.Minute))
-			app := newApp()
-			app.Use(fiberlimit.New(lim, fiberlimit.Config{
-				KeyGenerator: fiberlimit.ClientIP{TrustedProxies: sc.TrustedProxies, Header: sc.Header}.Key,
-			}))
-			app.Get("/", ok)
-			sc.Check(t, serveScenario(t, serve(t, app), sc))
-		})
-	}
-}
-
 // TestFiberIPCaveats records why ClientIP is the documented key behind a
 // proxy: with Fiber's own ProxyHeader (X-Real-IP, trusted proxy check and
 // IP validation on), an IPv4-mapped X-Real-IP is keyed as the proxy, and

@@ -22,6 +22,7 @@ func TestConformance(t *testing.T) {
 			Next:                   func(c *fiber.Ctx) bool { return c.Path() == s.SkipPath },
 			SkipFailedRequests:     s.RefundFailed,
 			SkipSuccessfulRequests: s.RefundSuccessful,
+			Headers:                s.Headers,
 		}
 		if s.KeyHeader != "" {
 			cfg.KeyGenerator = fiberlimit.KeyByHeader(s.KeyHeader)
@@ -60,6 +61,6 @@ func fasthttpServer(h fasthttp.RequestHandler) adaptertest.Server {
 		h(&ctx)
 		header := http.Header{}
 		ctx.Response.Header.VisitAll(func(k, v []byte) { header.Add(string(k), string(v)) })
-		return adaptertest.HTTPResponse(ctx.Response.StatusCode(), header)
+		return adaptertest.HTTPResponse(ctx.Response.StatusCode(), header, append([]byte(nil), ctx.Response.Body()...))
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -107,22 +106,6 @@ func (c *client) get(path string, header ...string) response {
 	return response{status: resp.StatusCode, header: resp.Header, body: string(body)}
 }
 
-// rateLimitFields are the header fields that claim quota.
-var rateLimitFields = []string{
-	slidelimit.FieldRateLimitPolicy, slidelimit.FieldRateLimit,
-	slidelimit.FieldXRateLimitLimit, slidelimit.FieldXRateLimitRemaining, slidelimit.FieldXRateLimitReset,
-}
-
-// noQuotaHeaders fails the test if r carries any field that claims quota.
-func noQuotaHeaders(t *testing.T, what string, r response) {
-	t.Helper()
-	for _, f := range rateLimitFields {
-		if v := r.header.Get(f); v != "" {
-			t.Errorf("%s: %s = %q, want none", what, f, v)
-		}
-	}
-}
-
 // observed records the identities a limiter was asked about, through
 // slidelimit.WithObserver; the observer keeps them after the request.
 type observed struct {
@@ -158,25 +141,4 @@ func (h *hookErrors) all() []error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]error(nil), h.errs...)
-}
-
-// remaining returns the units id has left under lim's first limit,
-// without recording anything.
-func remaining(t *testing.T, lim *slidelimit.Limiter, id string) int {
-	t.Helper()
-	res, err := lim.Peek(t.Context(), id)
-	if err != nil {
-		t.Fatalf("Peek(%q) error = %v", id, err)
-	}
-	return res.Statuses[0].Remaining
-}
-
-// atoi parses a header value that must be an integer.
-func atoi(t *testing.T, name, v string) int {
-	t.Helper()
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		t.Fatalf("%s = %q, want an integer", name, v)
-	}
-	return n
 }

@@ -13,47 +13,6 @@ import (
 	ginlimit "github.com/slidelimit/slidelimit/gin"
 )
 
-// serveScenario sends the requests of sc through h from peer, a loopback address, and
-// counts the admitted ones by client.
-func serveScenario(t *testing.T, h http.Handler, peer string, sc redistest.ClientIPScenario) map[string]int {
-	t.Helper()
-	admitted := map[string]int{}
-	for _, req := range sc.Requests {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = peer
-		for _, f := range req.Header {
-			r.Header.Add(f[0], f[1])
-		}
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		switch w.Code {
-		case http.StatusOK:
-			admitted[req.Client]++
-		case http.StatusTooManyRequests:
-		default:
-			t.Fatalf("status %d, want 200 or 429", w.Code)
-		}
-	}
-	return admitted
-}
-
-// TestClientIPScenarios runs the proxy scenarios every adapter runs
-// against real Redis through ClientIP.Key.
-func TestClientIPScenarios(t *testing.T) {
-	t.Parallel()
-	rdb := redistest.Client(t)
-	for _, sc := range redistest.ClientIPScenarios() {
-		for _, peer := range []string{"127.0.0.1:40000", "[::ffff:127.0.0.1]:40000"} {
-			t.Run(sc.Name+" from "+peer, func(t *testing.T) {
-				t.Parallel()
-				lim := newLimiter(t, rdb, slidelimit.Per(redistest.ClientIPLimit, time.Minute))
-				key := ginlimit.ClientIP{TrustedProxies: sc.TrustedProxies, Header: sc.Header}.Key
-				sc.Check(t, serveScenario(t, engine(ginlimit.New(lim, ginlimit.WithKey(key))), peer, sc))
-			})
-		}
-	}
-}
-
 // TestGinClientIPSpoof records why ClientIP is the documented key behind a
 // proxy: Gin's c.ClientIP() reads only the first X-Forwarded-For line, so a
 // client whose proxy appends a second line picks its own identity, while

@@ -17,6 +17,7 @@ func TestConformance(t *testing.T) {
 			ginlimit.WithKey(ginlimit.ClientIP(s.ClientIP).Key),
 			ginlimit.WithLimiterFunc(func(c *gin.Context) *slidelimit.Limiter { return s.LimiterFor(c.Request.URL.Path) }),
 			ginlimit.WithSkip(func(c *gin.Context) bool { return c.Request.URL.Path == s.SkipPath }),
+			ginlimit.WithHeaders(s.Headers),
 		}
 		if s.KeyHeader != "" {
 			opts = append(opts, ginlimit.WithKey(ginlimit.KeyByHeader(s.KeyHeader)))

@@ -51,6 +51,7 @@ func TestConformance(t *testing.T) {
 			grpclimit.WithKey(key),
 			grpclimit.WithTrustedProxies(s.ClientIP.TrustedProxies...),
 			grpclimit.WithForwardedKey(s.ClientIP.Header),
+			grpclimit.WithHeaders(s.Headers),
 			grpclimit.WithLimiterFunc(func(_ context.Context, call grpclimit.Call) *slidelimit.Limiter { return s.LimiterFor(path(call)) }),
 			grpclimit.WithSkip(func(_ context.Context, call grpclimit.Call) bool { return path(call) == s.SkipPath }),
 		}

@@ -26,52 +26,6 @@ func (s *shadowDenials) observe(_ context.Context, o slidelimit.Observation) {
 	}
 }
 
-// TestShadow makes six calls against a limit of five: in shadow mode all
-// six succeed, the sixth without rate-limit fields, and the observer sees
-// one shadow denial; without shadow mode the sixth is ResourceExhausted.
-func TestShadow(t *testing.T) {
-	rdb := redistest.Client(t)
-	for _, shadow := range []bool{true, false} {
-		var seen shadowDenials
-		opts := []slidelimit.Option{slidelimit.WithObserver(seen.observe)}
-		if shadow {
-			opts = append(opts, slidelimit.WithShadow())
-		}
-		lim := newLimiter(t, rdb, slidelimit.Per(5, 10*time.Second), opts...)
-		srv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(lim)}, nil)
-		conn := dial(t, srv.addr)
-		for i := range 6 {
-			r := say(t.Context(), conn, "hi")
-			want := codes.OK
-			if i == 5 && !shadow {
-				want = codes.ResourceExhausted
-			}
-			if r.code() != want {
-				t.Fatalf("shadow %v: call %d = %v, want %v", shadow, i+1, r.err, want)
-			}
-			if i == 5 && shadow {
-				if got := rateLimitFields(r.header); len(got) != 0 {
-					t.Errorf("shadow denial: header fields = %v, want none", got)
-				}
-				if got := rateLimitFields(r.trailer); len(got) != 0 {
-					t.Errorf("shadow denial: trailer fields = %v, want none", got)
-				}
-				if got := r.trailer.Get(grpclimit.PushbackKey); len(got) != 0 {
-					t.Errorf("shadow denial: trailer %s = %v, want none", grpclimit.PushbackKey, got)
-				}
-			} else if got := rateLimitFields(r.header); i < 5 && len(got) == 0 {
-				t.Errorf("shadow %v: call %d has no rate-limit header fields", shadow, i+1)
-			}
-		}
-		if got, want := seen.n.Load(), map[bool]int64{true: 1, false: 0}[shadow]; got != want {
-			t.Errorf("shadow %v: observer saw %d shadow denials, want %d", shadow, got, want)
-		}
-		if got, want := srv.echo.handled.Load(), map[bool]int64{true: 6, false: 5}[shadow]; got != want {
-			t.Errorf("shadow %v: handler ran %d times, want %d", shadow, got, want)
-		}
-	}
-}
-
 // TestShadowStreams opens six streams against a limit of five: in shadow
 // mode all six run, the sixth without rate-limit fields; without it the
 // sixth ends with ResourceExhausted.

@@ -29,6 +29,9 @@ type Settings struct {
 	// ClientIP is the client-IP resolver of the key: its TrustedProxies and
 	// Header, and its IPv6Prefix.
 	ClientIP slidelimit.ClientIP
+	// Headers selects the rate-limit header fields: the adapter's
+	// WithHeaders or Headers setting.
+	Headers slidelimit.Headers
 	// CostHeader, when set, names the header that holds a request's cost
 	// as a decimal integer; without it a request costs 1.
 	CostHeader string
@@ -70,6 +73,9 @@ type Response struct {
 	// Header holds the response's header fields, and a gRPC call's header
 	// and trailer metadata, in canonical form (http.Header.Add).
 	Header http.Header
+	// Body is the response's body; nil for gRPC. An HTTP denial's must be
+	// the application/problem+json document of httplimit.NewProblem.
+	Body []byte
 	// RetryAfter is when to retry by the protocol's own means: the
 	// Retry-After field for HTTP, the RetryInfo detail for gRPC; zero if
 	// the response has none.

@@ -21,7 +21,9 @@
 //     on standalone Redis and on Redis Cluster: exactly the quota admitted;
 //   - headers: the rate-limit fields of slidelimit.Headers on admitted and
 //     denied requests, and a denial that says when to retry (HTTP 429 with
-//     Retry-After, gRPC ResourceExhausted with RetryInfo);
+//     Retry-After and the problem+json body of httplimit.NewProblem, gRPC
+//     ResourceExhausted with RetryInfo), with one limit or several, and
+//     the fields Settings.Headers selects;
 //   - failure: fail-open, fail-closed and fail-local with Redis down, each
 //     error handed to the error hook, and limiting back when Redis is;
 //   - shadow: shadow mode admits denials and sends no quota fields for them;

@@ -44,9 +44,12 @@ func (r Request) HTTPRequest(t testing.TB) *http.Request {
 	return req
 }
 
-// HTTPResponse returns the Response of an HTTP status and header.
-func HTTPResponse(status int, h http.Header) Response {
-	res := Response{Status: status, Header: h}
+// HTTPResponse returns the Response of an HTTP status, header and body.
+func HTTPResponse(status int, h http.Header, body []byte) Response {
+	res := Response{Status: status, Header: h, Body: body}
+	if res.Body == nil {
+		res.Body = []byte{}
+	}
 	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil {
 		res.RetryAfter = time.Duration(s) * time.Second
 	}
@@ -59,6 +62,6 @@ func HTTPServer(h http.Handler) Server {
 	return func(t testing.TB, r Request) Response {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r.HTTPRequest(t))
-		return HTTPResponse(rec.Code, rec.Header())
+		return HTTPResponse(rec.Code, rec.Header(), rec.Body.Bytes())
 	}
 }

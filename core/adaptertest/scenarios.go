@@ -2,6 +2,7 @@ package adaptertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/httplimit"
 	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
@@ -28,6 +30,8 @@ type scenario struct {
 var scenarios = []scenario{
 	{"burst", burst},
 	{"headers", headers},
+	{"multiple limits", multipleLimits},
+	{"header selection", headerSelection},
 	{"failure", failure},
 	{"shadow", shadow},
 	{"refund", refund},
@@ -223,6 +227,91 @@ func headers(t *testing.T, a Adapter) {
 		if i == 5 && r.RetryAfter != 10*time.Second {
 			t.Errorf("request 6: retry after %v, want 10s", r.RetryAfter)
 		}
+		if i == 5 && r.Body != nil {
+			problem(t, r, "5/10s", 10)
+		}
+	}
+}
+
+// problem fails t unless r's body is the problem document of a denial by
+// policy, retry in retry seconds.
+func problem(t *testing.T, r Response, policy string, retry int64) {
+	t.Helper()
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, httplimit.ContentTypeProblem) {
+		t.Errorf("denial: Content-Type %q, want %s", ct, httplimit.ContentTypeProblem)
+	}
+	var p httplimit.Problem
+	if err := json.Unmarshal(r.Body, &p); err != nil {
+		t.Fatalf("denial body %q: %v", r.Body, err)
+	}
+	want := httplimit.Problem{
+		Type: httplimit.ProblemTypeQuotaExceeded, Title: http.StatusText(http.StatusTooManyRequests), Status: http.StatusTooManyRequests,
+		Detail: fmt.Sprintf("rate limit %s exceeded; retry in %ds", policy, retry), Policy: policy, RetryAfter: retry,
+	}
+	if p != want {
+		t.Errorf("denial problem = %+v, want %+v", p, want)
+	}
+}
+
+// multipleLimits checks the fields of a limiter with two limits: RateLimit
+// lists both, X-RateLimit-* the tighter, and the tighter one denies.
+func multipleLimits(t *testing.T, a Adapter) {
+	srv := a(t, Settings{Limiter: newLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second),
+		frozen(), slidelimit.WithLimits(slidelimit.PerMinute(3)))})
+	for i, want := range []struct {
+		status    int
+		rateLimit string
+	}{
+		{http.StatusOK, `"5/10s";r=4;t=10, "3/1m";r=2;t=60`},
+		{http.StatusOK, `"5/10s";r=3;t=10, "3/1m";r=1;t=60`},
+		{http.StatusOK, `"5/10s";r=2;t=10, "3/1m";r=0;t=60`},
+		{http.StatusTooManyRequests, `"5/10s";r=2;t=10, "3/1m";r=0;t=60`},
+	} {
+		r := get(t, srv, "/a")
+		if r.Status != want.status || r.Header.Get(slidelimit.FieldRateLimit) != want.rateLimit {
+			t.Errorf("request %d = %d with RateLimit %q, want %d with %q", i+1, r.Status, r.Header.Get(slidelimit.FieldRateLimit), want.status, want.rateLimit)
+		}
+		if p := r.Header.Get(slidelimit.FieldRateLimitPolicy); p != `"5/10s";q=5;w=10, "3/1m";q=3;w=60` {
+			t.Errorf("request %d: RateLimit-Policy %q, want both limits", i+1, p)
+		}
+		if l := r.Header.Get(slidelimit.FieldXRateLimitLimit); l != "3" {
+			t.Errorf("request %d: X-RateLimit-Limit %q, want the tighter limit's 3", i+1, l)
+		}
+	}
+}
+
+// headerSelection checks that the fields Settings.Headers omits are not
+// sent, on admissions and denials.
+func headerSelection(t *testing.T, a Adapter) {
+	rdb := redistest.Client(t)
+	for _, tt := range []struct {
+		name            string
+		headers         slidelimit.Headers
+		present, absent []string
+	}{
+		{"RateLimit only", slidelimit.Headers{Omit: slidelimit.HeaderXRateLimit},
+			[]string{slidelimit.FieldRateLimit, slidelimit.FieldRetryAfter},
+			[]string{slidelimit.FieldXRateLimitLimit, slidelimit.FieldXRateLimitRemaining, slidelimit.FieldXRateLimitReset}},
+		{"X-RateLimit only", slidelimit.Headers{Omit: slidelimit.HeaderRateLimit | slidelimit.HeaderRetryAfter},
+			[]string{slidelimit.FieldXRateLimitRemaining},
+			[]string{slidelimit.FieldRateLimit, slidelimit.FieldRateLimitPolicy, slidelimit.FieldRetryAfter}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := a(t, Settings{Limiter: newLimiter(t, rdb, slidelimit.Per(1, time.Minute)), Headers: tt.headers})
+			for i := range 2 {
+				r := get(t, srv, "/a")
+				for _, name := range tt.present {
+					if r.Header.Get(name) == "" && (i == 1 || name != slidelimit.FieldRetryAfter) {
+						t.Errorf("request %d lacks %s: %v", i+1, name, r.Header)
+					}
+				}
+				for _, name := range tt.absent {
+					if v := r.Header.Get(name); v != "" {
+						t.Errorf("request %d has %s %q, want none", i+1, name, v)
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -474,7 +563,14 @@ func hostileForwarding() []redistest.ClientIPScenario {
 			{"Forwarded", []string{"for=unknown", `for="_hidden"`, "for=;;;", "by=1.2.3.4", strings.Repeat("for=", 5000)}[i%5]},
 		}})
 	}
+	var v6 []redistest.ClientIPRequest
+	for i := range 2 * redistest.ClientIPLimit {
+		v6 = append(v6, redistest.ClientIPRequest{Client: "2001:db8:1::/64", Header: [][2]string{{"X-Forwarded-For", fmt.Sprintf("2001:db8:1::%x", i+1)}}})
+		v6 = append(v6, redistest.ClientIPRequest{Client: "2001:db8:2::/64", Header: [][2]string{{"X-Forwarded-For", fmt.Sprintf("2001:db8:2::%x", i+1)}}})
+	}
 	return []redistest.ClientIPScenario{
+		{Name: "IPv6 clients grouped by /64", TrustedProxies: trusted, Requests: v6,
+			Want: map[string]int{"2001:db8:1::/64": redistest.ClientIPLimit, "2001:db8:2::/64": redistest.ClientIPLimit}},
 		{Name: "hostile X-Forwarded-For hops", TrustedProxies: trusted, Requests: reqs, Want: map[string]int{"198.51.100.200": redistest.ClientIPLimit}},
 		{Name: "Forwarded naming no address", TrustedProxies: trusted[:1], Header: "Forwarded", Requests: garbage, Want: map[string]int{"peer": redistest.ClientIPLimit}},
 	}

@@ -17,6 +17,7 @@ func TestConformance(t *testing.T) {
 			httplimit.WithKey(httplimit.ClientIP(s.ClientIP).Key),
 			httplimit.WithLimiterFunc(func(r *http.Request) *slidelimit.Limiter { return s.LimiterFor(r.URL.Path) }),
 			httplimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == s.SkipPath }),
+			httplimit.WithHeaders(s.Headers),
 		}
 		if s.KeyHeader != "" {
 			opts = append(opts, httplimit.WithKey(httplimit.KeyByHeader(s.KeyHeader)))
