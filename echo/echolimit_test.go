@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,14 +14,47 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adaptertest"
 	"github.com/slidelimit/slidelimit/core/httplimit"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	echolimit "github.com/slidelimit/slidelimit/echo"
 )
 
+// TestMain gives the examples a Redis in REDIS_ADDR.
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+
+// per5 is the limit of most tests: 5 per 10 s.
+var per5 = slidelimit.Per(5, 10*time.Second)
+
+// peer is the client address of test requests, unless a test sets another.
+const peer = "192.0.2.1:41000"
+
+// ok answers 200 "ok".
+func ok(c echo.Context) error { return c.String(http.StatusOK, "ok") }
+
+// get serves GET path on e from peer, with the given header fields, name
+// then value.
+func get(t *testing.T, e *echo.Echo, path string, header ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	return getFrom(t, e, peer, path, header...)
+}
+
+// getFrom serves GET path on e from the client address remote.
+func getFrom(t *testing.T, e *echo.Echo, remote, path string, header ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, path, nil)
+	req.RemoteAddr = remote
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	return rec
+}
+
 func TestDenialReachesHTTPErrorHandler(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
 	e := echo.New()
 	var got error
 	var retryAfter string
@@ -126,8 +161,8 @@ func TestClientIP(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var obs observed
-			lim := newLimiter(t, rdb, per5, slidelimit.WithObserver(obs.observe))
+			var obs adaptertest.Observed
+			lim := adaptertest.NewLimiter(t, rdb, per5, slidelimit.WithObserver(obs.Observe))
 			e := echo.New()
 			e.IPExtractor = tt.extractor
 			e.Use(echolimit.NewWithConfig(lim, tt.config))
@@ -140,7 +175,7 @@ func TestClientIP(t *testing.T) {
 			if rec := getFrom(t, e, remote, "/ping", tt.header...); rec.Code != http.StatusOK {
 				t.Fatalf("GET /ping: status = %d, want 200", rec.Code)
 			}
-			if got := obs.identities(); !slices.Equal(got, []string{tt.want}) {
+			if got := obs.Identities(); !slices.Equal(got, []string{tt.want}) {
 				t.Errorf("identities = %q, want [%q]", got, tt.want)
 			}
 		})
@@ -149,7 +184,7 @@ func TestClientIP(t *testing.T) {
 
 func TestNewCustomDenyHandler(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
 	e := echo.New()
 	e.Use(echolimit.NewWithConfig(lim, echolimit.Config{
 		DenyHandler: func(c echo.Context, res slidelimit.Result) error {
@@ -172,8 +207,8 @@ func TestNewCustomDenyHandler(t *testing.T) {
 func TestNewPerRouteLimits(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	general := newLimiter(t, rdb, per5)
-	search := newLimiter(t, rdb, slidelimit.Per(2, 10*time.Second))
+	general := adaptertest.NewLimiter(t, rdb, per5)
+	search := adaptertest.NewLimiter(t, rdb, slidelimit.Per(2, 10*time.Second))
 
 	t.Run("limiter-func", func(t *testing.T) {
 		t.Parallel()
@@ -219,7 +254,7 @@ func checkPolicies(t *testing.T, e *echo.Echo, test string) {
 func TestUndecidable(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	lim := newLimiter(t, rdb, per5)
+	lim := adaptertest.NewLimiter(t, rdb, per5)
 	tests := []struct {
 		name   string
 		lim    *slidelimit.Limiter
@@ -235,9 +270,9 @@ func TestUndecidable(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var hook hookErrors
+			var hook adaptertest.ErrorLog
 			cfg := tt.config
-			cfg.ErrorHook = hook.hook
+			cfg.ErrorHook = func(_ echo.Context, err error) { hook.Hook(err) }
 			e := echo.New()
 			e.Use(echolimit.NewWithConfig(tt.lim, cfg))
 			e.GET("/ping", ok)
@@ -246,7 +281,7 @@ func TestUndecidable(t *testing.T) {
 			if body := strings.TrimSpace(rec.Body.String()); rec.Code != http.StatusInternalServerError || body != `{"message":"Internal Server Error"}` {
 				t.Errorf("GET /ping = %d %q, want 500 {\"message\":\"Internal Server Error\"}", rec.Code, body)
 			}
-			errs := hook.all()
+			errs := hook.Take()
 			if len(errs) != 1 || tt.want != nil && !errors.Is(errs[0], tt.want) {
 				t.Errorf("ErrorHook got %v, want one error wrapping %v", errs, tt.want)
 			}
@@ -256,3 +291,148 @@ func TestUndecidable(t *testing.T) {
 
 // Echo's own function types fit the Config fields.
 var _ = echolimit.Config{Skipper: middleware.Skipper(nil), IdentifierExtractor: middleware.Extractor(nil)}
+
+// TestMiddlewareAllocations pins what the middleware costs an admitted
+// request beyond Echo's own: at most two allocations, Redis's round trip
+// included (the decision's block and the identity). Echo wraps a route's
+// middleware around its handler again on every request, which costs any
+// middleware one allocation; the baseline is a middleware that does
+// nothing.
+func TestMiddlewareAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops items at random")
+	}
+	lim, err := slidelimit.New(redistest.Client(t), slidelimit.PerMinute(slidelimit.MaxQuota),
+		slidelimit.WithPrefix(redistest.Prefix(t)), slidelimit.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perRequest := func(mw echo.MiddlewareFunc) float64 {
+		e := echo.New()
+		e.GET("/", ok, mw)
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/", nil)
+		req.RemoteAddr = peer
+		return testing.AllocsPerRun(200, func() {
+			rec := httptest.NewRecorder()
+			e.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("GET / = %d, want 200", rec.Code)
+			}
+		})
+	}
+	base, limited := perRequest(noopMiddleware), perRequest(echolimit.New(lim))
+	t.Logf("allocations per admitted request: %.1f behind a middleware doing nothing, %.1f behind the limiter", base, limited)
+	if limited-base > 2.05 {
+		t.Errorf("the middleware adds %.2f allocations to an admitted request, want at most 2", limited-base)
+	}
+}
+
+// BenchmarkMiddleware serves GET / bare, behind a middleware that does
+// nothing, and behind the limiter (every request admitted, against the test
+// Redis): with -benchmem, the difference in allocs/op between "limited" and
+// "noop" is what the limiter adds, Redis's round trip included. Echo wraps
+// a route's middleware around its handler on every request, which costs
+// any middleware one allocation.
+func BenchmarkMiddleware(b *testing.B) {
+	lim, err := slidelimit.New(redistest.Client(b), slidelimit.PerMinute(slidelimit.MaxQuota),
+		slidelimit.WithPrefix(redistest.Prefix(b)), slidelimit.WithTimeout(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		mw   []echo.MiddlewareFunc
+	}{{"bare", nil}, {"noop", []echo.MiddlewareFunc{noopMiddleware}}, {"limited", []echo.MiddlewareFunc{echolimit.New(lim)}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			e := echo.New()
+			e.GET("/", ok, tc.mw...)
+			req := httptest.NewRequestWithContext(b.Context(), http.MethodGet, "/", nil)
+			req.RemoteAddr = peer
+			b.ReportAllocs()
+			for range b.N {
+				rec := httptest.NewRecorder()
+				e.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					b.Fatalf("GET / = %d, want 200", rec.Code)
+				}
+			}
+		})
+	}
+}
+
+// noopMiddleware does nothing: Echo's own cost of a route middleware.
+func noopMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error { return next(c) }
+}
+
+func TestIdentifierExtractors(t *testing.T) {
+	t.Parallel()
+	apiKey := echolimit.KeyByHeader("x-api-key")
+	empty := func(echo.Context) (string, error) { return "", nil }
+	tests := []struct {
+		name    string
+		key     func(echo.Context) (string, error)
+		stored  any // stored under "user" unless nil
+		header  string
+		want    string
+		wantErr error
+	}{
+		{name: "ip", key: echolimit.KeyByIP, want: "ip:192.0.2.1"},
+		{name: "header", key: apiKey, header: "k1", want: slidelimit.HeaderIdentity("X-API-Key", "k1")},
+		{name: "header-missing", key: apiKey, wantErr: slidelimit.ErrInvalidKey},
+		{name: "context-string", key: echolimit.KeyByContext("user"), stored: "u-1", want: "user:u-1"},
+		{name: "context-int", key: echolimit.KeyByContext("user"), stored: 42, want: "user:42"},
+		{name: "context-missing", key: echolimit.KeyByContext("user"), wantErr: slidelimit.ErrInvalidKey},
+		{name: "context-bad-type", key: echolimit.KeyByContext("user"), stored: struct{}{}, wantErr: slidelimit.ErrInvalidKey},
+		{name: "route", key: echolimit.KeyByRoute, want: "route:GET /items/:id"},
+		{name: "join", key: echolimit.JoinKeys(apiKey, echolimit.KeyByIP), header: "k|1", want: slidelimit.HeaderIdentity("X-API-Key", "k|1") + "|ip:192.0.2.1"},
+		{name: "join-error", key: echolimit.JoinKeys(apiKey, echolimit.KeyByIP), wantErr: slidelimit.ErrInvalidKey},
+		{name: "join-none", key: echolimit.JoinKeys(), wantErr: slidelimit.ErrInvalidKey},
+		{name: "first-header", key: echolimit.FirstKey(apiKey, echolimit.KeyByIP), header: "k1", want: slidelimit.HeaderIdentity("X-API-Key", "k1")},
+		{name: "first-fallback", key: echolimit.FirstKey(apiKey, echolimit.KeyByIP), want: "ip:192.0.2.1"},
+		{name: "first-all-empty", key: echolimit.FirstKey(empty), wantErr: slidelimit.ErrInvalidKey},
+		{name: "first-none", key: echolimit.FirstKey(), wantErr: slidelimit.ErrInvalidKey},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var got string
+			var err error
+			e := echo.New()
+			e.GET("/items/:id", func(c echo.Context) error {
+				if tt.stored != nil {
+					c.Set("user", tt.stored)
+				}
+				got, err = tt.key(c)
+				return nil
+			})
+			req := httptest.NewRequest(http.MethodGet, "/items/7", nil)
+			if tt.header != "" {
+				req.Header.Set("X-API-Key", tt.header)
+			}
+			e.ServeHTTP(httptest.NewRecorder(), req)
+			if got != tt.want || !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+				t.Errorf("key = %q, %v; want %q, %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestKeyByRouteInUse pins down what KeyByRoute documents: e.Use runs after
+// routing and sees the route.
+func TestKeyByRouteInUse(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	var got string
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			got, _ = echolimit.KeyByRoute(c)
+			return next(c)
+		}
+	})
+	e.GET("/items/:id", ok)
+	e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/items/7", nil))
+	if want := "route:GET /items/:id"; got != want {
+		t.Errorf("KeyByRoute in e.Use = %q, want %q", got, want)
+	}
+}

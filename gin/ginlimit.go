@@ -1,11 +1,10 @@
 package ginlimit
 
 import (
-	"context"
-
 	"github.com/gin-gonic/gin"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/adapter"
+	"github.com/slidelimit/slidelimit/core/httplimit"
 )
 
 // New returns Gin middleware that limits requests with lim:
@@ -32,30 +31,24 @@ import (
 // is no limiter is answered by the error handler. The middleware is safe for
 // concurrent use.
 func New(lim *slidelimit.Limiter, opts ...Option) gin.HandlerFunc {
-	cfg := newConfig(lim, opts)
-	f := &cfg.flow
+	o := adapter.NewOptions(adapter.Options[*gin.Context, DenyHandler, ErrorHandler]{
+		Key: KeyByIP, Deny: DefaultDenyHandler, Fail: DefaultErrorHandler, Hook: logError, Failed: httplimit.Failed,
+	}, opts)
+	f := o.Flow("ginlimit", lim)
+	f.SetHeaders = func(c *gin.Context, res slidelimit.Result) { o.Headers.SetHeader(res, c.Writer.Header()) }
 	return func(c *gin.Context) {
 		ctx := c.Request.Context()
 		d := f.Decide(ctx, c)
 		switch d.Verdict {
 		case adapter.Deny:
-			cfg.deny(c, d.Result)
+			o.Deny(c, d.Result)
 			c.Abort()
 		case adapter.Fail:
-			cfg.fail(c, d.Err)
+			o.Fail(c, d.Err)
 			c.Abort()
 		default:
 			c.Next()
 			f.Finish(ctx, c, d, c.Writer.Status())
 		}
 	}
-}
-
-// newFlow sets up cfg.flow, the decision flow of cfg's settings, with lim.
-func (cfg *config) newFlow(lim *slidelimit.Limiter) {
-	f := &cfg.flow
-	f.Name, f.Limiter = "ginlimit", lim
-	f.Key = cfg.key
-	f.SetHeaders = func(c *gin.Context, res slidelimit.Result) { cfg.headers.SetHeader(res, c.Writer.Header()) }
-	f.Hook = func(_ context.Context, c *gin.Context, err error) { cfg.hook(c, err) }
 }

@@ -1,121 +1,61 @@
 package ginlimit_test
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adaptertest"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	ginlimit "github.com/slidelimit/slidelimit/gin"
 )
+
+// The conformance suite (TestConformance) proves what every adapter must
+// do; the tests here prove what is Gin's own.
 
 func TestMain(m *testing.M) {
 	gin.SetMode(gin.TestMode)
 	os.Exit(m.Run())
 }
 
-// prefix returns redistest.Prefix(t) cut to the 64 bytes a key prefix may
-// have: long subtest names exceed it. The random tail is kept.
-func prefix(t *testing.T) string {
-	t.Helper()
-	p := redistest.Prefix(t)
-	if len(p) > 64 {
-		p = p[:40] + p[len(p)-24:]
-	}
-	return p
-}
+// ok answers 200 "ok".
+func ok(c *gin.Context) { c.String(http.StatusOK, "ok") }
 
-// newLimiter returns a limiter on rdb with a prefix of the test's own and a
-// clock frozen at the test's start, so that every header value is exact.
-func newLimiter(t *testing.T, rdb redis.Scripter, limit slidelimit.Limit, opts ...slidelimit.Option) *slidelimit.Limiter {
-	t.Helper()
-	now := time.Now()
-	opts = append([]slidelimit.Option{
-		slidelimit.WithPrefix(prefix(t)),
-		slidelimit.WithClock(func() time.Time { return now }),
-	}, opts...)
-	lim, err := slidelimit.New(rdb, limit, opts...)
-	if err != nil {
-		t.Fatalf("slidelimit.New: %v", err)
-	}
-	return lim
-}
-
-// engine returns a gin.Engine serving GET / through mw, answering 200 "ok".
-func engine(mw gin.HandlerFunc) *gin.Engine {
-	r := gin.New()
-	r.GET("/", mw, func(c *gin.Context) { c.String(http.StatusOK, "ok") })
-	return r
-}
-
-// get serves GET path from remote through h; header holds name, value pairs.
-func get(h http.Handler, path, remote string, header ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodGet, path, nil)
-	r.RemoteAddr = remote
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Add(header[i], header[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
-
-// statuses serves n requests and returns their status codes.
-func statuses(n int, serve func(i int) *httptest.ResponseRecorder) []int {
-	got := make([]int, n)
-	for i := range got {
-		got[i] = serve(i).Code
-	}
-	return got
-}
-
-func codes(c ...int) []int { return c }
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+// client is the peer of the requests sent here.
+var client = netip.MustParseAddr("203.0.113.9")
 
 func TestNewDenyHandler(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
 	var denied slidelimit.Result
-	h := engine(ginlimit.New(lim, ginlimit.WithDenyHandler(func(c *gin.Context, res slidelimit.Result) {
+	r := gin.New()
+	r.GET("/", ginlimit.New(lim, ginlimit.WithDenyHandler(func(c *gin.Context, res slidelimit.Result) {
 		denied = res
 		if c.Writer.Header().Get("Retry-After") == "" {
 			t.Error("deny handler: Retry-After not set before it ran")
 		}
-		c.JSON(http.StatusTooManyRequests, gin.H{"error": "slow down"})
-	})))
-	get(h, "/", "203.0.113.9:1")
-	got := get(h, "/", "203.0.113.9:1")
-	if got.Code != http.StatusTooManyRequests || got.Body.String() != `{"error":"slow down"}` {
-		t.Errorf("GET / = %d %q, want 429 %q", got.Code, got.Body, `{"error":"slow down"}`)
-	}
-	if denied.Allowed || denied.Limit.String() != "1/10s" {
-		t.Errorf("deny handler got %+v, want a denial by 1/10s", denied)
+		c.JSON(http.StatusServiceUnavailable, gin.H{"error": "slow down"})
+	})), ok)
+	got := adaptertest.Send(t, adaptertest.HTTPServer(r), 2, adaptertest.Request{Peer: client, Path: "/"})
+	if want := []int{200, 503}; !slices.Equal(got, want) || denied.Allowed || denied.Limit.String() != "1/10s" {
+		t.Errorf("GET / = %v with the deny handler given %+v, want %v and a denial by 1/10s", got, denied, want)
 	}
 }
 
 func TestNewPerRoute(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	general := newLimiter(t, rdb, slidelimit.Per(3, 10*time.Second))
-	search := newLimiter(t, rdb, slidelimit.Per(1, 10*time.Second).Named("search"))
-
+	general := adaptertest.NewLimiter(t, rdb, slidelimit.Per(3, 10*time.Second))
+	search := adaptertest.NewLimiter(t, rdb, slidelimit.Per(1, 10*time.Second).Named("search"))
 	r := gin.New()
 	r.Use(ginlimit.New(general,
 		ginlimit.WithKey(ginlimit.JoinKeys(ginlimit.KeyByRoute, ginlimit.KeyByIP)),
@@ -126,20 +66,171 @@ func TestNewPerRoute(t *testing.T) {
 			return nil
 		}),
 	))
-	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
 	r.GET("/search", ok)
 	r.GET("/items/:id", ok)
-
-	got := statuses(2, func(int) *httptest.ResponseRecorder { return get(r, "/search", "203.0.113.9:1") })
-	if want := codes(200, 429); !equal(got, want) {
+	srv := adaptertest.HTTPServer(r)
+	if got, want := adaptertest.Send(t, srv, 2, adaptertest.Request{Peer: client, Path: "/search"}), adaptertest.Statuses(1, 200, 429); !slices.Equal(got, want) {
 		t.Errorf("GET /search = %v, want %v", got, want)
 	}
-	if p := get(r, "/search", "203.0.113.9:1").Header().Get("RateLimit-Policy"); p != `"search";q=1;w=10` {
-		t.Errorf("GET /search RateLimit-Policy = %q, want %q", p, `"search";q=1;w=10`)
-	}
 	// All /items/:id share the route's quota.
-	got = statuses(4, func(i int) *httptest.ResponseRecorder { return get(r, "/items/"+strconv.Itoa(i), "203.0.113.9:1") })
-	if want := codes(200, 200, 200, 429); !equal(got, want) {
+	var got []int
+	for i := range 4 {
+		got = append(got, srv(t, adaptertest.Request{Peer: client, Path: "/items/" + strconv.Itoa(i)}).Status)
+	}
+	if want := adaptertest.Statuses(3, 200, 429); !slices.Equal(got, want) {
 		t.Errorf("GET /items/:id = %v, want %v", got, want)
+	}
+}
+
+// TestGinClientIPSpoof records why ClientIP is the documented key behind a
+// proxy: Gin's c.ClientIP() reads only the first X-Forwarded-For line, so a
+// client whose proxy appends a second line picks its own identity, while
+// ClientIP.Key holds it to the limit.
+func TestGinClientIPSpoof(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	send := func(key ginlimit.KeyFunc) int {
+		r := gin.New()
+		if err := r.SetTrustedProxies([]string{"127.0.0.1"}); err != nil {
+			t.Fatal(err)
+		}
+		r.GET("/", ginlimit.New(adaptertest.NewLimiter(t, rdb, slidelimit.Per(5, time.Minute)), ginlimit.WithKey(key)), ok)
+		n := 0
+		for i := range 20 {
+			req := adaptertest.Request{Peer: netip.MustParseAddr("127.0.0.1"), Path: "/", Header: http.Header{
+				"X-Forwarded-For": {fmt.Sprintf("198.51.100.%d", i+1), "203.0.113.77"}, // the client's line, then the proxy's
+			}}
+			if adaptertest.HTTPServer(r)(t, req).Status == http.StatusOK {
+				n++
+			}
+		}
+		return n
+	}
+	proxies, err := slidelimit.ParseTrustedProxies("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gin1, ours := send(ginlimit.KeyByGinClientIP), send(ginlimit.ClientIP{TrustedProxies: proxies}.Key)
+	t.Logf("20 requests, forged first X-Forwarded-For line: KeyByGinClientIP admitted %d, ClientIP.Key admitted %d", gin1, ours)
+	if ours != 5 {
+		t.Errorf("ClientIP.Key admitted %d of 20, want 5", ours)
+	}
+	if gin1 != 20 {
+		t.Errorf("KeyByGinClientIP admitted %d of 20, want 20 (Gin reads only the first line; if this changed, update the caveat)", gin1)
+	}
+}
+
+// engineOK returns an engine serving GET / through mw, answering 200.
+func engineOK(mw ...gin.HandlerFunc) *gin.Engine {
+	r := gin.New()
+	r.GET("/", append(mw, ok)...)
+	return r
+}
+
+// serveOK serves GET / from 192.0.2.1 through h n times and fails unless
+// each is answered 200.
+func serveOK(tb testing.TB, h http.Handler, n int) {
+	req := httptest.NewRequestWithContext(tb.Context(), http.MethodGet, "/", nil)
+	req.RemoteAddr = "192.0.2.1:41000"
+	for range n {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			tb.Fatalf("GET / = %d, want 200", rec.Code)
+		}
+	}
+}
+
+// TestMiddlewareAllocations pins what the middleware costs an admitted
+// request beyond Gin's own: at most two allocations, Redis's round trip
+// included (the decision's block and the identity).
+func TestMiddlewareAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops items at random")
+	}
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.PerMinute(slidelimit.MaxQuota))
+	gin.SetMode(gin.ReleaseMode)
+	perRequest := func(h http.Handler) float64 { return testing.AllocsPerRun(200, func() { serveOK(t, h, 1) }) }
+	bare, limited := perRequest(engineOK()), perRequest(engineOK(ginlimit.New(lim)))
+	t.Logf("allocations per admitted request: %.1f bare, %.1f behind the limiter", bare, limited)
+	if limited-bare > 2.05 {
+		t.Errorf("the middleware adds %.2f allocations to an admitted request, want at most 2", limited-bare)
+	}
+}
+
+// BenchmarkMiddleware serves GET / bare and behind the middleware (every
+// request admitted, against the test Redis): with -benchmem, the difference
+// in allocs/op is what the limiter adds, go-redis included.
+func BenchmarkMiddleware(b *testing.B) {
+	lim := adaptertest.NewLimiter(b, redistest.Client(b), slidelimit.PerMinute(slidelimit.MaxQuota))
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+	}{{"bare", engineOK()}, {"limited", engineOK(ginlimit.New(lim))}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			serveOK(b, tc.h, b.N)
+		})
+	}
+}
+
+func TestKeyFuncs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		key     ginlimit.KeyFunc
+		path    string
+		remote  string
+		header  [][2]string
+		user    any // stored under "user" before the key runs
+		want    string
+		wantErr error
+	}{
+		{"KeyByIP", ginlimit.KeyByIP, "/items/1", "203.0.113.9:1", nil, nil, "ip:203.0.113.9", nil},
+		{"KeyByIP IPv6", ginlimit.KeyByIP, "/items/1", "[2001:db8:1:2:3::9]:1", nil, nil, "ip:2001:db8:1:2::/64", nil},
+		{"ClientIP IPv6 /128", ginlimit.ClientIP{IPv6Prefix: 128}.Key, "/items/1", "[2001:db8::9]:1", nil, nil, "ip:2001:db8::9/128", nil},
+		{"KeyByIP no address", ginlimit.KeyByIP, "/items/1", "@", nil, nil, "", slidelimit.ErrInvalidKey},
+		{"KeyByGinClientIP trusted proxy", ginlimit.KeyByGinClientIP, "/items/1", "10.0.0.1:1", [][2]string{{"X-Forwarded-For", "198.51.100.1"}}, nil, "ip:198.51.100.1", nil},
+		{"KeyByGinClientIP untrusted peer", ginlimit.KeyByGinClientIP, "/items/1", "203.0.113.9:1", [][2]string{{"X-Forwarded-For", "198.51.100.1"}}, nil, "ip:203.0.113.9", nil},
+		{"KeyByHeader", ginlimit.KeyByHeader("x-api-key"), "/items/1", "203.0.113.9:1", [][2]string{{"X-Api-Key", "k1"}}, nil, slidelimit.HeaderIdentity("X-API-Key", "k1"), nil},
+		{"KeyByHeader missing", ginlimit.KeyByHeader("X-API-Key"), "/items/1", "203.0.113.9:1", nil, nil, "", slidelimit.ErrInvalidKey},
+		{"KeyByContext", ginlimit.KeyByContext("user"), "/items/1", "203.0.113.9:1", nil, "alice", "user:alice", nil},
+		{"KeyByContext int", ginlimit.KeyByContext("user"), "/items/1", "203.0.113.9:1", nil, 42, "user:42", nil},
+		{"KeyByContext missing", ginlimit.KeyByContext("user"), "/items/1", "203.0.113.9:1", nil, nil, "", slidelimit.ErrInvalidKey},
+		{"KeyByRoute", ginlimit.KeyByRoute, "/items/1", "203.0.113.9:1", nil, nil, "route:GET /items/:id", nil},
+		{"KeyByRoute unmatched", ginlimit.KeyByRoute, "/nowhere", "203.0.113.9:1", nil, nil, "route:", nil},
+		{"JoinKeys", ginlimit.JoinKeys(ginlimit.KeyByRoute, ginlimit.KeyByIP), "/items/1", "203.0.113.9:1", nil, nil, "route:GET /items/:id|ip:203.0.113.9", nil},
+		{"JoinKeys error", ginlimit.JoinKeys(ginlimit.KeyByRoute, ginlimit.KeyByHeader("X-API-Key")), "/items/1", "203.0.113.9:1", nil, nil, "", slidelimit.ErrInvalidKey},
+		{"FirstKey first", ginlimit.FirstKey(ginlimit.KeyByContext("user"), ginlimit.KeyByIP), "/items/1", "203.0.113.9:1", nil, "bob", "user:bob", nil},
+		{"FirstKey fallback", ginlimit.FirstKey(ginlimit.KeyByContext("user"), ginlimit.KeyByIP), "/items/1", "203.0.113.9:1", nil, nil, "ip:203.0.113.9", nil},
+		{"FirstKey none", ginlimit.FirstKey(ginlimit.KeyByContext("user")), "/items/1", "203.0.113.9:1", nil, nil, "", slidelimit.ErrInvalidKey},
+		{"FirstKey empty list", ginlimit.FirstKey(), "/items/1", "203.0.113.9:1", nil, nil, "", slidelimit.ErrInvalidKey},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got string
+			var err error
+			r := gin.New()
+			if err := r.SetTrustedProxies([]string{"10.0.0.0/8"}); err != nil {
+				t.Fatal(err)
+			}
+			run := func(c *gin.Context) {
+				if tt.user != nil {
+					c.Set("user", tt.user)
+				}
+				got, err = tt.key(c)
+			}
+			r.GET("/items/:id", run)
+			r.NoRoute(run)
+			req := httptest.NewRequest(http.MethodGet, tt.path, nil)
+			req.RemoteAddr = tt.remote
+			for _, h := range tt.header {
+				req.Header.Add(h[0], h[1])
+			}
+			r.ServeHTTP(httptest.NewRecorder(), req)
+			if got != tt.want || !errors.Is(err, tt.wantErr) || (tt.wantErr == nil) != (err == nil) {
+				t.Errorf("key(%s from %s) = %q, %v, want %q, %v", tt.path, tt.remote, got, err, tt.want, tt.wantErr)
+			}
+		})
 	}
 }

@@ -37,21 +37,6 @@ const (
 	Fail
 )
 
-// String returns "pass", "admit", "deny" or "fail".
-func (v Verdict) String() string {
-	switch v {
-	case Pass:
-		return "pass"
-	case Admit:
-		return "admit"
-	case Deny:
-		return "deny"
-	case Fail:
-		return "fail"
-	}
-	return fmt.Sprintf("Verdict(%d)", uint8(v))
-}
-
 // Decision is what Decide decided for one request.
 type Decision struct {
 	// Verdict is what the adapter must do.

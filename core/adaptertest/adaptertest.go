@@ -3,7 +3,6 @@ package adaptertest
 import (
 	"net/http"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -101,25 +100,4 @@ func Run(t *testing.T, a Adapter) {
 			sc.run(t, a)
 		})
 	}
-}
-
-// errors records the errors an adapter's hook receives.
-type errorLog struct {
-	mu   sync.Mutex
-	errs []error
-}
-
-func (l *errorLog) hook(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.errs = append(l.errs, err)
-}
-
-// take returns the errors recorded since the last take.
-func (l *errorLog) take() []error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	errs := l.errs
-	l.errs = nil
-	return errs
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,23 +48,6 @@ var (
 	peer4 = netip.MustParseAddr("127.0.0.1")
 	peer6 = netip.MustParseAddr("::1")
 )
-
-// newLimiter returns a limiter on rdb with a key prefix of t's own and a
-// timeout long enough for a loaded machine, so that no decision falls
-// back to the failure policy.
-func newLimiter(t *testing.T, rdb redis.Scripter, limit slidelimit.Limit, opts ...slidelimit.Option) *slidelimit.Limiter {
-	t.Helper()
-	p := redistest.Prefix(t)
-	if len(p) > 64 {
-		p = p[:40] + p[len(p)-24:]
-	}
-	opts = append([]slidelimit.Option{slidelimit.WithPrefix(p), slidelimit.WithTimeout(10 * time.Second)}, opts...)
-	lim, err := slidelimit.New(rdb, limit, opts...)
-	if err != nil {
-		t.Fatalf("slidelimit.New: %v", err)
-	}
-	return lim
-}
 
 // frozen returns a clock option frozen at the test's start, so that every
 // header value is exact.
@@ -108,37 +92,6 @@ func wantDenied(t testing.TB, what string, r Response) {
 	}
 }
 
-// statuses sends n requests with get and returns their statuses.
-func statuses(t testing.TB, n int, send func() Response) []int {
-	t.Helper()
-	out := make([]int, n)
-	for i := range out {
-		out[i] = send().Status
-	}
-	return out
-}
-
-// repeat returns n copies of v followed by more.
-func repeat(n, v int, more ...int) []int {
-	out := make([]int, 0, n+len(more))
-	for range n {
-		out = append(out, v)
-	}
-	return append(out, more...)
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // busyLoops runs two bounded busy loops beside the rest of the test, so
 // that exactness holds on a loaded machine.
 func busyLoops(t *testing.T) {
@@ -170,7 +123,7 @@ func burst(t *testing.T, a Adapter) {
 	} {
 		t.Run(rc.name, func(t *testing.T) {
 			const quota, n = 10, 60
-			srv := a(t, Settings{Limiter: newLimiter(t, rc.rdb(t), slidelimit.Per(quota, time.Minute))})
+			srv := a(t, Settings{Limiter: NewLimiter(t, rc.rdb(t), slidelimit.Per(quota, time.Minute))})
 			busyLoops(t)
 			var admitted, denied atomic.Int64
 			var wg sync.WaitGroup
@@ -202,7 +155,7 @@ func burst(t *testing.T, a Adapter) {
 // headers checks the fields of five admitted requests and of the denial
 // after them, against a clock frozen at the test's start.
 func headers(t *testing.T, a Adapter) {
-	srv := a(t, Settings{Limiter: newLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second), frozen())})
+	srv := a(t, Settings{Limiter: NewLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second), frozen())})
 	for i := range 6 {
 		r := get(t, srv, "/a")
 		remaining, retry := strconv.Itoa(max(4-i, 0)), ""
@@ -256,7 +209,7 @@ func problem(t *testing.T, r Response, policy string, retry int64) {
 // multipleLimits checks the fields of a limiter with two limits: RateLimit
 // lists both, X-RateLimit-* the tighter, and the tighter one denies.
 func multipleLimits(t *testing.T, a Adapter) {
-	srv := a(t, Settings{Limiter: newLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second),
+	srv := a(t, Settings{Limiter: NewLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second),
 		frozen(), slidelimit.WithLimits(slidelimit.PerMinute(3)))})
 	for i, want := range []struct {
 		status    int
@@ -297,7 +250,7 @@ func headerSelection(t *testing.T, a Adapter) {
 			[]string{slidelimit.FieldRateLimit, slidelimit.FieldRateLimitPolicy, slidelimit.FieldRetryAfter}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := a(t, Settings{Limiter: newLimiter(t, rdb, slidelimit.Per(1, time.Minute)), Headers: tt.headers})
+			srv := a(t, Settings{Limiter: NewLimiter(t, rdb, slidelimit.Per(1, time.Minute)), Headers: tt.headers})
 			for i := range 2 {
 				r := get(t, srv, "/a")
 				for _, name := range tt.present {
@@ -324,9 +277,9 @@ func failure(t *testing.T, a Adapter) {
 		policy slidelimit.FailurePolicy
 		down   []int // the statuses of four requests with Redis down
 	}{
-		{slidelimit.FailOpen, repeat(4, http.StatusOK)},
-		{slidelimit.FailClosed, repeat(4, http.StatusServiceUnavailable)},
-		{slidelimit.FailLocal, repeat(2, http.StatusOK, http.StatusServiceUnavailable, http.StatusServiceUnavailable)},
+		{slidelimit.FailOpen, Statuses(4, http.StatusOK)},
+		{slidelimit.FailClosed, Statuses(4, http.StatusServiceUnavailable)},
+		{slidelimit.FailLocal, Statuses(2, http.StatusOK, http.StatusServiceUnavailable, http.StatusServiceUnavailable)},
 	} {
 		t.Run(tt.policy.String(), func(t *testing.T) {
 			t.Parallel()
@@ -338,8 +291,8 @@ func failure(t *testing.T, a Adapter) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var errs errorLog
-			srv := a(t, Settings{Limiter: lim, Hook: errs.hook})
+			var errs ErrorLog
+			srv := a(t, Settings{Limiter: lim, Hook: errs.Hook})
 			if r := get(t, srv, "/a"); r.Status != http.StatusOK || r.Header.Get(slidelimit.FieldRateLimit) == "" {
 				t.Fatalf("request with Redis up = %d with RateLimit %q, want 200 with", r.Status, r.Header.Get(slidelimit.FieldRateLimit))
 			}
@@ -355,7 +308,7 @@ func failure(t *testing.T, a Adapter) {
 				if retry := r.Header.Get(slidelimit.FieldRetryAfter); (want != http.StatusOK) != (retry != "" && r.RetryAfter > 0) {
 					t.Errorf("%s: Retry-After %q, retry after %v; want them on refusals only", what, retry, r.RetryAfter)
 				}
-				if e := errs.take(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrUnavailable) {
+				if e := errs.Take(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrUnavailable) {
 					t.Errorf("%s: hook got %v, want one error wrapping ErrUnavailable", what, e)
 				}
 			}
@@ -386,7 +339,7 @@ func shadow(t *testing.T, a Adapter) {
 			seen.Add(1)
 		}
 	}
-	srv := a(t, Settings{Limiter: newLimiter(t, redistest.Client(t), slidelimit.Per(5, time.Minute),
+	srv := a(t, Settings{Limiter: NewLimiter(t, redistest.Client(t), slidelimit.Per(5, time.Minute),
 		slidelimit.WithShadow(), slidelimit.WithObserver(observe))})
 	for i := range 6 {
 		r := get(t, srv, "/a")
@@ -418,14 +371,11 @@ func refund(t *testing.T, a Adapter) {
 		{"successful", false, true, http.StatusOK, http.StatusBadRequest},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := a(t, Settings{Limiter: newLimiter(t, rdb, slidelimit.Per(3, time.Minute)), RefundFailed: tt.failed, RefundSuccessful: tt.succ})
-			send := func(status int) func() Response {
-				return func() Response { return srv(t, Request{Peer: peer4, Path: "/a", Status: status}) }
-			}
-			if got := statuses(t, 6, send(tt.free)); !equal(got, repeat(6, tt.free)) {
+			srv := a(t, Settings{Limiter: NewLimiter(t, rdb, slidelimit.Per(3, time.Minute)), RefundFailed: tt.failed, RefundSuccessful: tt.succ})
+			if got := Send(t, srv, 6, Request{Peer: peer4, Path: "/a", Status: tt.free}); !slices.Equal(got, Statuses(6, tt.free)) {
 				t.Errorf("refunded requests = %v, want all answered %d", got, tt.free)
 			}
-			if got, want := statuses(t, 4, send(tt.counting)), repeat(3, tt.counting, http.StatusTooManyRequests); !equal(got, want) {
+			if got, want := Send(t, srv, 4, Request{Peer: peer4, Path: "/a", Status: tt.counting}), Statuses(3, tt.counting, http.StatusTooManyRequests); !slices.Equal(got, want) {
 				t.Errorf("counted requests after them = %v, want %v", got, want)
 			}
 		})
@@ -434,7 +384,7 @@ func refund(t *testing.T, a Adapter) {
 
 // skip checks that skipped requests are neither counted nor given fields.
 func skip(t *testing.T, a Adapter) {
-	srv := a(t, Settings{Limiter: newLimiter(t, redistest.Client(t), slidelimit.Per(2, time.Minute)), SkipPath: "/healthz"})
+	srv := a(t, Settings{Limiter: NewLimiter(t, redistest.Client(t), slidelimit.Per(2, time.Minute)), SkipPath: "/healthz"})
 	for i := range 5 {
 		r := get(t, srv, "/healthz")
 		if r.Status != http.StatusOK {
@@ -442,7 +392,7 @@ func skip(t *testing.T, a Adapter) {
 		}
 		noQuotaFields(t, "skipped request", r)
 	}
-	if got, want := statuses(t, 3, func() Response { return get(t, srv, "/a") }), repeat(2, http.StatusOK, http.StatusTooManyRequests); !equal(got, want) {
+	if got, want := Send(t, srv, 3, Request{Peer: peer4, Path: "/a"}), Statuses(2, http.StatusOK, http.StatusTooManyRequests); !slices.Equal(got, want) {
 		t.Errorf("limited requests after skipped ones = %v, want %v", got, want)
 	}
 }
@@ -452,8 +402,8 @@ func skip(t *testing.T, a Adapter) {
 func limiterChoice(t *testing.T, a Adapter) {
 	rdb := redistest.Client(t)
 	srv := a(t, Settings{
-		Limiter:  newLimiter(t, rdb, slidelimit.Per(3, time.Minute)),
-		Limiters: map[string]*slidelimit.Limiter{"/b": newLimiter(t, rdb, slidelimit.Per(1, time.Minute).Named("b"))},
+		Limiter:  NewLimiter(t, rdb, slidelimit.Per(3, time.Minute)),
+		Limiters: map[string]*slidelimit.Limiter{"/b": NewLimiter(t, rdb, slidelimit.Per(1, time.Minute).Named("b"))},
 	})
 	for _, tt := range []struct {
 		path   string
@@ -475,8 +425,8 @@ func limiterChoice(t *testing.T, a Adapter) {
 // cost checks requests that take several units, and a cost beyond the
 // quota, which is the server's error.
 func cost(t *testing.T, a Adapter) {
-	var errs errorLog
-	srv := a(t, Settings{Limiter: newLimiter(t, redistest.Client(t), slidelimit.Per(10, time.Minute)), CostHeader: "X-Cost", Hook: errs.hook})
+	var errs ErrorLog
+	srv := a(t, Settings{Limiter: NewLimiter(t, redistest.Client(t), slidelimit.Per(10, time.Minute)), CostHeader: "X-Cost", Hook: errs.Hook})
 	for i, tt := range []struct {
 		cost, status int
 		remaining    string
@@ -487,13 +437,13 @@ func cost(t *testing.T, a Adapter) {
 				r.Header.Get(slidelimit.FieldXRateLimitRemaining), tt.status, tt.remaining)
 		}
 	}
-	if e := errs.take(); len(e) != 0 {
+	if e := errs.Take(); len(e) != 0 {
 		t.Errorf("hook got %v, want nothing", e)
 	}
 	if r := get(t, srv, "/a", "X-Cost", "11"); r.Status != http.StatusInternalServerError {
 		t.Errorf("request of cost 11 against a quota of 10 = %d, want 500", r.Status)
 	}
-	if e := errs.take(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrInvalidCost) {
+	if e := errs.Take(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrInvalidCost) {
 		t.Errorf("hook got %v, want one error wrapping ErrInvalidCost", e)
 	}
 }
@@ -505,7 +455,7 @@ func clientIP(t *testing.T, a Adapter) {
 	for _, sc := range append(redistest.ClientIPScenarios(), hostileForwarding()...) {
 		t.Run(sc.Name, func(t *testing.T) {
 			srv := a(t, Settings{
-				Limiter:  newLimiter(t, rdb, slidelimit.Per(redistest.ClientIPLimit, time.Minute)),
+				Limiter:  NewLimiter(t, rdb, slidelimit.Per(redistest.ClientIPLimit, time.Minute)),
 				ClientIP: slidelimit.ClientIP{TrustedProxies: sc.TrustedProxies, Header: sc.Header},
 			})
 			sc.Check(t, serveScenario(t, srv, sc))
@@ -579,16 +529,16 @@ func hostileForwarding() []redistest.ClientIPScenario {
 // hostileKeys keys requests by an API key of any content: each has its
 // own quota, none is an error, and a request without one is refused.
 func hostileKeys(t *testing.T, a Adapter) {
-	var errs errorLog
-	srv := a(t, Settings{Limiter: newLimiter(t, redistest.Client(t), slidelimit.Per(2, time.Minute)), KeyHeader: "X-Api-Key", Hook: errs.hook})
+	var errs ErrorLog
+	srv := a(t, Settings{Limiter: NewLimiter(t, redistest.Client(t), slidelimit.Per(2, time.Minute)), KeyHeader: "X-Api-Key", Hook: errs.Hook})
 	keys := []string{"a", "A", "{a}", "}{", "a|b", `a\|b`, "a:b", "*", "..", "%00", "ключ", "with space", strings.Repeat("k", 8<<10), "a\tb"}
 	for _, key := range keys {
-		got := statuses(t, 3, func() Response { return get(t, srv, "/a", "X-Api-Key", key) })
-		if want := repeat(2, http.StatusOK, http.StatusTooManyRequests); !equal(got, want) {
+		got := Send(t, srv, 3, Request{Peer: peer4, Path: "/a", Header: http.Header{"X-Api-Key": {key}}})
+		if want := Statuses(2, http.StatusOK, http.StatusTooManyRequests); !slices.Equal(got, want) {
 			t.Errorf("requests with key %.20q = %v, want %v", key, got, want)
 		}
 	}
-	if e := errs.take(); len(e) != 0 {
+	if e := errs.Take(); len(e) != 0 {
 		t.Errorf("hook got %v, want nothing", e)
 	}
 	for range 3 {

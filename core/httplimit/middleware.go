@@ -57,9 +57,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := f.Decide(r.Context(), x)
 	switch d.Verdict {
 	case adapter.Deny:
-		h.cfg.deny(w, r, d.Result)
+		h.cfg.Deny(w, r, d.Result)
 	case adapter.Fail:
-		h.cfg.fail(w, r, d.Err)
+		h.cfg.Fail(w, r, d.Err)
 	default:
 		if !f.Refunds(d) {
 			h.next.ServeHTTP(w, r)
@@ -73,18 +73,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // newFlow sets up c.flow, the decision flow of c's settings, with lim.
 func (c *config) newFlow(lim *slidelimit.Limiter) {
-	f := &c.flow
-	f.Name, f.Limiter, f.Failed = "httplimit", lim, c.failed
-	f.Key = func(x exchange) (string, error) { return c.key(x.r) }
-	f.SetHeaders = func(x exchange, res slidelimit.Result) { c.headers.SetHeader(res, x.w.Header()) }
-	f.Hook = func(_ context.Context, x exchange, err error) { c.hook(x.r, err) }
-	if c.limiterFunc != nil {
-		f.Limiters = func(x exchange) *slidelimit.Limiter { return c.limiterFunc(x.r) }
+	o := c.Options
+	c.flow = adapter.Flow[exchange]{
+		Name: "httplimit", Limiter: lim,
+		Key:          func(x exchange) (string, error) { return o.Key(x.r) },
+		SetHeaders:   func(x exchange, res slidelimit.Result) { o.Headers.SetHeader(res, x.w.Header()) },
+		Hook:         func(_ context.Context, x exchange, err error) { o.Hook(x.r, err) },
+		RefundFailed: o.RefundFailed, RefundSuccessful: o.RefundSuccessful, Failed: o.Failed,
 	}
-	if c.skip != nil {
-		f.Skip = func(x exchange) bool { return c.skip(x.r) }
+	if o.Limiters != nil {
+		c.flow.Limiters = func(x exchange) *slidelimit.Limiter { return o.Limiters(x.r) }
 	}
-	if c.cost != nil {
-		f.Cost = func(x exchange) int { return c.cost(x.r) }
+	if o.Skip != nil {
+		c.flow.Skip = func(x exchange) bool { return o.Skip(x.r) }
+	}
+	if o.Cost != nil {
+		c.flow.Cost = func(x exchange) int { return o.Cost(x.r) }
 	}
 }
