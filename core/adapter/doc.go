@@ -27,5 +27,26 @@
 // status the request ended with (step 8).
 //
 // Every adapter thus has the same defaults and wraps errors the same way:
-// "<name>: key: …", "<name>: refund: …", and ErrNoLimiter.
+// "<name>: key: …" (a *KeyError), "<name>: refund: …", and ErrNoLimiter.
+//
+// The rest is written once too. Options, Option and Set are the
+// functional options of an adapter in the With… style (httplimit,
+// ginlimit): the adapter declares type Option = adapter.Option[R, D, F]
+// with its request, deny-handler and error-handler types, and each With…
+// function is one line, func WithKey(f KeyFunc) Option { return
+// set.Key(f) }. WithDefaults fills a Config struct in the style of Echo's
+// and Fiber's middleware from its DefaultConfig. JoinKeys and FirstKey
+// combine any adapter's key functions; Strict and Lenient convert between
+// key functions that fail with an error and those that return "".
+//
+// # Writing an adapter
+//
+// Give Flow the framework's request context as C, map the framework's
+// request to Key, Skip, Limiters and Cost, and its response headers to
+// SetHeaders (slidelimit.Headers.SetHeader for an http.Header). In the
+// handler, call Decide; on Deny answer 429 with the denial (httplimit's
+// Problem is the body every HTTP adapter sends), on Fail answer
+// httplimit.FailureStatus(d.Err), otherwise call the next handler and, if
+// Refunds(d), Finish with the status it answered. Then prove it: package
+// adaptertest runs every scenario the adapters of this project pass.
 package adapter
