@@ -302,29 +302,8 @@ func TestMiddlewareAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops items at random")
 	}
-	lim, err := slidelimit.New(redistest.Client(t), slidelimit.PerMinute(slidelimit.MaxQuota),
-		slidelimit.WithPrefix(redistest.Prefix(t)), slidelimit.WithTimeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	perRequest := func(mw echo.MiddlewareFunc) float64 {
-		e := echo.New()
-		e.GET("/", ok, mw)
-		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/", nil)
-		req.RemoteAddr = peer
-		return testing.AllocsPerRun(200, func() {
-			rec := httptest.NewRecorder()
-			e.ServeHTTP(rec, req)
-			if rec.Code != http.StatusOK {
-				t.Fatalf("GET / = %d, want 200", rec.Code)
-			}
-		})
-	}
-	base, limited := perRequest(noopMiddleware), perRequest(echolimit.New(lim))
-	t.Logf("allocations per admitted request: %.1f behind a middleware doing nothing, %.1f behind the limiter", base, limited)
-	if limited-base > 2.05 {
-		t.Errorf("the middleware adds %.2f allocations to an admitted request, want at most 2", limited-base)
-	}
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.PerMinute(slidelimit.MaxQuota))
+	adaptertest.Allocations(t, echoOK(noopMiddleware), echoOK(echolimit.New(lim)))
 }
 
 // BenchmarkMiddleware serves GET / bare, behind a middleware that does
@@ -334,30 +313,20 @@ func TestMiddlewareAllocations(t *testing.T) {
 // a route's middleware around its handler on every request, which costs
 // any middleware one allocation.
 func BenchmarkMiddleware(b *testing.B) {
-	lim, err := slidelimit.New(redistest.Client(b), slidelimit.PerMinute(slidelimit.MaxQuota),
-		slidelimit.WithPrefix(redistest.Prefix(b)), slidelimit.WithTimeout(10*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
+	lim := adaptertest.NewLimiter(b, redistest.Client(b), slidelimit.PerMinute(slidelimit.MaxQuota))
 	for _, tc := range []struct {
 		name string
-		mw   []echo.MiddlewareFunc
-	}{{"bare", nil}, {"noop", []echo.MiddlewareFunc{noopMiddleware}}, {"limited", []echo.MiddlewareFunc{echolimit.New(lim)}}} {
-		b.Run(tc.name, func(b *testing.B) {
-			e := echo.New()
-			e.GET("/", ok, tc.mw...)
-			req := httptest.NewRequestWithContext(b.Context(), http.MethodGet, "/", nil)
-			req.RemoteAddr = peer
-			b.ReportAllocs()
-			for range b.N {
-				rec := httptest.NewRecorder()
-				e.ServeHTTP(rec, req)
-				if rec.Code != http.StatusOK {
-					b.Fatalf("GET / = %d, want 200", rec.Code)
-				}
-			}
-		})
+		h    http.Handler
+	}{{"bare", echoOK()}, {"noop", echoOK(noopMiddleware)}, {"limited", echoOK(echolimit.New(lim))}} {
+		b.Run(tc.name, func(b *testing.B) { adaptertest.Benchmark(b, tc.h) })
 	}
+}
+
+// echoOK returns an Echo serving GET / through mw, answering 200.
+func echoOK(mw ...echo.MiddlewareFunc) *echo.Echo {
+	e := echo.New()
+	e.GET("/", ok, mw...)
+	return e
 }
 
 // noopMiddleware does nothing: Echo's own cost of a route middleware.

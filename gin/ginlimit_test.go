@@ -127,20 +127,6 @@ func engineOK(mw ...gin.HandlerFunc) *gin.Engine {
 	return r
 }
 
-// serveOK serves GET / from 192.0.2.1 through h n times and fails unless
-// each is answered 200.
-func serveOK(tb testing.TB, h http.Handler, n int) {
-	req := httptest.NewRequestWithContext(tb.Context(), http.MethodGet, "/", nil)
-	req.RemoteAddr = "192.0.2.1:41000"
-	for range n {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusOK {
-			tb.Fatalf("GET / = %d, want 200", rec.Code)
-		}
-	}
-}
-
 // TestMiddlewareAllocations pins what the middleware costs an admitted
 // request beyond Gin's own: at most two allocations, Redis's round trip
 // included (the decision's block and the identity).
@@ -150,12 +136,7 @@ func TestMiddlewareAllocations(t *testing.T) {
 	}
 	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.PerMinute(slidelimit.MaxQuota))
 	gin.SetMode(gin.ReleaseMode)
-	perRequest := func(h http.Handler) float64 { return testing.AllocsPerRun(200, func() { serveOK(t, h, 1) }) }
-	bare, limited := perRequest(engineOK()), perRequest(engineOK(ginlimit.New(lim)))
-	t.Logf("allocations per admitted request: %.1f bare, %.1f behind the limiter", bare, limited)
-	if limited-bare > 2.05 {
-		t.Errorf("the middleware adds %.2f allocations to an admitted request, want at most 2", limited-bare)
-	}
+	adaptertest.Allocations(t, engineOK(), engineOK(ginlimit.New(lim)))
 }
 
 // BenchmarkMiddleware serves GET / bare and behind the middleware (every
@@ -167,10 +148,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		name string
 		h    http.Handler
 	}{{"bare", engineOK()}, {"limited", engineOK(ginlimit.New(lim))}} {
-		b.Run(tc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			serveOK(b, tc.h, b.N)
-		})
+		b.Run(tc.name, func(b *testing.B) { adaptertest.Benchmark(b, tc.h) })
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
@@ -147,19 +146,5 @@ func startSuiteServer(t *testing.T, limit grpc.UnaryServerInterceptor) string {
 	}
 	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(setPeer, limit))
 	gs.RegisterService(&desc, struct{}{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = gs.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		wg.Wait()
-	})
-	return ln.Addr().String()
+	return serveGRPC(t, gs)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adaptertest"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
 	"google.golang.org/grpc"
@@ -404,15 +405,15 @@ func TestKeys(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var ids identities
-			lim := newLimiter(t, rdb, slidelimit.PerMinute(10), slidelimit.WithObserver(ids.observe))
+			var ids adaptertest.Observed
+			lim := newLimiter(t, rdb, slidelimit.PerMinute(10), slidelimit.WithObserver(ids.Observe))
 			srv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(lim, tc.opts...)}, nil)
 			r := say(t.Context(), dial(t, srv.addr), "hi", tc.md...)
 			if r.code() != tc.wantCode {
 				t.Fatalf("Say() = %v, want %v", r.err, tc.wantCode)
 			}
-			if tc.wantID != "" && ids.last() != tc.wantID {
-				t.Errorf("identity = %q, want %q", ids.last(), tc.wantID)
+			if got := ids.Identities(); tc.wantID != "" && (len(got) == 0 || got[len(got)-1] != tc.wantID) {
+				t.Errorf("identities = %q, want the last %q", got, tc.wantID)
 			}
 			if tc.wantCode == codes.Internal && strings.Contains(status.Convert(r.err).Message(), "database") {
 				t.Errorf("status message %q leaks the key's error", status.Convert(r.err).Message())
@@ -430,13 +431,15 @@ func TestFailurePolicy(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 
-	var openErrs, closedErrs hookErrors
+	var openErrs, closedErrs adaptertest.ErrorLog
+	openHook := grpclimit.WithErrorHook(func(_ context.Context, _ string, err error) { openErrs.Hook(err) })
+	closedHook := grpclimit.WithErrorHook(func(_ context.Context, _ string, err error) { closedErrs.Hook(err) })
 	open := newLimiter(t, rdb, slidelimit.PerMinute(100), slidelimit.WithTimeout(200*time.Millisecond))
 	closed := newLimiter(t, rdb, slidelimit.PerMinute(100), slidelimit.WithTimeout(200*time.Millisecond),
 		slidelimit.WithFailurePolicy(slidelimit.FailClosed))
-	openSrv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(open, grpclimit.WithErrorHook(openErrs.hook))}, nil)
-	closedSrv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(closed, grpclimit.WithErrorHook(closedErrs.hook))},
-		[]grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(closed, grpclimit.WithErrorHook(closedErrs.hook))})
+	openSrv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(open, openHook)}, nil)
+	closedSrv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(closed, closedHook)},
+		[]grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(closed, closedHook)})
 	openConn, closedConn := dial(t, openSrv.addr), dial(t, closedSrv.addr)
 	ctx := t.Context()
 
@@ -454,7 +457,7 @@ func TestFailurePolicy(t *testing.T) {
 	if got := rateLimitFields(r.header); len(got) != 0 {
 		t.Errorf("fail-open, Redis down: header fields = %v, want none", got)
 	}
-	if errs := openErrs.all(); len(errs) != 1 || !errors.Is(errs[0], slidelimit.ErrUnavailable) {
+	if errs := openErrs.Take(); len(errs) != 1 || !errors.Is(errs[0], slidelimit.ErrUnavailable) {
 		t.Errorf("fail-open, Redis down: hook got %v, want one error wrapping ErrUnavailable", errs)
 	}
 
@@ -478,7 +481,7 @@ func TestFailurePolicy(t *testing.T) {
 	if err := cs.RecvMsg(new(wrapperspb.StringValue)); status.Code(err) != codes.Unavailable {
 		t.Errorf("fail-closed, Redis down: stream = %v, want Unavailable", err)
 	}
-	if errs := closedErrs.all(); len(errs) != 2 || !errors.Is(errs[0], slidelimit.ErrUnavailable) {
+	if errs := closedErrs.Take(); len(errs) != 2 || !errors.Is(errs[0], slidelimit.ErrUnavailable) {
 		t.Errorf("fail-closed, Redis down: hook got %v, want two errors wrapping ErrUnavailable", errs)
 	}
 
