@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,22 +91,27 @@ func wantDenied(t testing.TB, what string, r Response) {
 	}
 }
 
-// busyLoops runs two bounded busy loops beside the rest of the test, so
-// that exactness holds on a loaded machine.
+// busyLoops runs two busy loops beside the rest of the test, until it
+// ends or 30 seconds pass, so that exactness holds on a loaded machine.
+// They are goroutines, not processes, so that the suite runs wherever Go
+// does; they take two of the runtime's threads from the test.
 func busyLoops(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
+	var wg sync.WaitGroup
 	for range 2 {
-		cmd := exec.CommandContext(ctx, "bash", "-c", "while [ $SECONDS -lt 30 ]; do :; done")
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("busy loop: %v", err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ctx.Err() == nil; n++ {
+				_ = n * n // spin
+			}
+		}()
 	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
 }
 
 // burst sends 60 concurrent requests of one client against a quota of 10:
