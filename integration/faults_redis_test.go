@@ -270,16 +270,24 @@ func runRedisFault(t *testing.T, f redisFault) {
 	}
 }
 
-// awaitExact sends bursts of concurrent calls on fresh identities under
+// awaitExact sends bursts of concurrent calls on 4 fresh identities under
 // prefix until one is decided by Redis alone, and returns how long after
 // since it started. A burst Redis decided alone must admit exactly the
 // quota of each identity. It fails the test after exactBound.
 func awaitExact(t *testing.T, lim *slidelimit.Limiter, prefix string, since time.Time) time.Duration {
 	t.Helper()
-	const identities, calls = 4, 2 * faultQuota
+	return awaitExactOn(t, lim, func(attempt int) []string { return identities(fmt.Sprintf("%s%d-", prefix, attempt), 4) }, since)
+}
+
+// awaitExactOn is awaitExact on the identities fresh returns for each
+// attempt, which must not repeat.
+func awaitExactOn(t *testing.T, lim *slidelimit.Limiter, fresh func(attempt int) []string, since time.Time) time.Duration {
+	t.Helper()
+	const calls = 2 * faultQuota
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		b := burstIdentities(t.Context(), lim, fmt.Sprintf("%s%d-", prefix, attempt), identities, calls)
+		ids := fresh(attempt)
+		b := burstIdentities(t.Context(), lim, ids, calls)
 		if b.fallbacks == 0 {
 			for i, got := range b.admitted {
 				if got != faultQuota {
@@ -291,7 +299,7 @@ func awaitExact(t *testing.T, lim *slidelimit.Limiter, prefix string, since time
 		}
 		if time.Since(since) > exactBound {
 			t.Errorf("%v after the fault ended, %d of %d calls on fresh identities still fell back; first error: %v",
-				exactBound, b.fallbacks, identities*calls, b.firstErr)
+				exactBound, b.fallbacks, len(ids)*calls, b.firstErr)
 			return -1
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -336,6 +336,7 @@ type traffic struct {
 	mu   sync.Mutex
 	ds   []decision
 	quit chan struct{}
+	once sync.Once
 	wg   sync.WaitGroup
 }
 
@@ -407,9 +408,10 @@ func (tr *traffic) awaitRecovery(only map[string]bool, since time.Time, quiet, l
 	return -1
 }
 
-// stop ends the traffic and returns every decision it made.
+// stop ends the traffic and returns every decision it made. It may be
+// called more than once.
 func (tr *traffic) stop() []decision {
-	close(tr.quit)
+	tr.once.Do(func() { close(tr.quit) })
 	tr.wg.Wait()
 	return tr.ds
 }
@@ -419,7 +421,7 @@ func (tr *traffic) stop() []decision {
 // Redis.
 func checkExact(t *testing.T, lim *slidelimit.Limiter, prefix string, n, calls, quota int) {
 	t.Helper()
-	b := burstIdentities(t.Context(), lim, prefix, n, calls)
+	b := burstIdentities(t.Context(), lim, identities(prefix, n), calls)
 	if b.fallbacks > 0 {
 		t.Errorf("after recovery: %d of %d calls fell back, want 0; first error: %v", b.fallbacks, n*calls, b.firstErr)
 	}
@@ -437,17 +439,17 @@ type identityBurst struct {
 	firstErr  error // the first error of a call, if any
 }
 
-// burstIdentities sends calls concurrent calls for each of n identities
-// under prefix, all at once, and counts the outcomes.
-func burstIdentities(ctx context.Context, lim *slidelimit.Limiter, prefix string, n, calls int) identityBurst {
+// burstIdentities sends calls concurrent calls for each of ids, all at
+// once, and counts the outcomes.
+func burstIdentities(ctx context.Context, lim *slidelimit.Limiter, ids []string, calls int) identityBurst {
+	n := len(ids)
 	admitted := make([]atomic.Int64, n)
 	var fallbacks atomic.Int64
 	var mu sync.Mutex
 	var firstErr error
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for i := range n {
-		id := fmt.Sprintf("%s%d", prefix, i)
+	for i, id := range ids {
 		for range calls {
 			wg.Add(1)
 			go func() {
