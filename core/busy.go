@@ -11,7 +11,7 @@ import (
 
 // busyMeter tells whether this process or its host was too busy, since the
 // meter was made or last asked, for a silence of Redis to mean anything
-// (see roundTrip):
+// (see trip.wait):
 //
 //   - a goroutine of this process waited busyStep or more to run (the
 //     runtime's /sched/latencies histogram): the goroutine that reads

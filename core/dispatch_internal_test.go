@@ -38,11 +38,6 @@ func silentListener(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// goredisOnly hides a client's type, so that its limiters send through
-// go-redis's pipelines (the dispatcher) rather than connections of their
-// own, as for a redis.Ring or a wrapper of the user's.
-type goredisOnly struct{ *redis.Client }
-
 // waitFor polls cond for up to 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -65,12 +60,12 @@ func TestQueueFull(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
-	d := dispatcherFor(goredisOnly{rdb})
-	d.maxInFlight, d.maxBatch, d.maxQueue = 1, 1, 2
-	lim, err := New(goredisOnly{rdb}, PerMinute(5), WithTimeout(time.Minute), WithFailurePolicy(FailClosed), WithBreaker(1, time.Minute))
+	lim, err := New(rdb, PerMinute(5), WithTimeout(time.Minute), WithFailurePolicy(FailClosed), WithBreaker(1, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
+	d := lim.disp
+	d.maxInFlight, d.maxBatch, d.maxQueue = 1, 1, 2
 	ctx, cancel := context.WithCancel(t.Context())
 	left := make(chan error, 3)
 	for range 3 {
@@ -117,7 +112,7 @@ func TestLoneCallerLeaves(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1,
 		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
-	d := dispatcherFor(goredisOnly{rdb})
+	d := dispatcherFor(rdb)
 	d.maxInFlight = 1
 	ln := d.lane("")
 	lane := func() (inFlight, queued int) {

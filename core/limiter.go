@@ -13,18 +13,16 @@ import (
 // Limiter enforces one or more limits per identity, shared by every process
 // that uses the same Redis and key prefix. It is safe for concurrent use.
 type Limiter struct {
-	client    redis.Scripter
-	bounded   bool // the client itself gives up at a context's deadline
-	cfg       config
-	suffixes  []string // per limit: "}:" + Limit.String()
-	quotaArg  []any    // per limit: quota, window in µs, as the script reads them
-	quotaTail []byte   // quotaArg, encoded for the limiter's own connections
-	minQuota  int
-	deny      *denyCache   // nil when WithDenyCache(0)
-	wire      *wire        // the limiter's own connections; nil to send through go-redis
-	disp      *dispatcher  // nil for a client that cannot pipeline
-	brk       *breaker     // nil when disabled
-	local     *localLimits // FailLocal's log; nil under other policies
+	client   redis.Scripter
+	bounded  bool // the client itself gives up at a context's deadline
+	cfg      config
+	suffixes []string // per limit: "}:" + Limit.String()
+	quotaArg []any    // per limit: quota, window in µs, as the script reads them
+	minQuota int
+	deny     *denyCache   // nil when WithDenyCache(0)
+	disp     *dispatcher  // nil for a client that cannot pipeline
+	brk      *breaker     // nil when disabled
+	local    *localLimits // FailLocal's log; nil under other policies
 }
 
 // New returns a Limiter that enforces limit, and any limits added by
@@ -70,14 +68,10 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 		seen[name] = true
 		l.suffixes = append(l.suffixes, "}:"+name)
 		l.quotaArg = append(l.quotaArg, lim.Quota, lim.Window.Microseconds())
-		l.quotaTail = appendBulkInt(l.quotaTail, int64(lim.Quota))
-		l.quotaTail = appendBulkInt(l.quotaTail, lim.Window.Microseconds())
 		l.minQuota = min(l.minQuota, lim.Quota)
 	}
 	l.brk = newBreaker(cfg.failures, cfg.cooldown)
-	if l.wire = wireFor(client); l.wire == nil {
-		l.disp = dispatcherFor(client)
-	}
+	l.disp = dispatcherFor(client)
 	if cfg.policy == FailLocal {
 		l.local = newLocalLimits(cfg.limits, cfg.replicas, cfg.localCapacity)
 	}
@@ -142,20 +136,10 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 	if err != nil {
 		return l.observe(ctx, identity, n, start, Result{Limit: l.cfg.limits[0]}, err)
 	}
-	var reply []int64
-	if l.wire != nil {
-		var c *wcall
-		c, err = l.evalWire(ctx, tag, n, id, l.now())
-		if c != nil {
-			defer l.wire.put(c)
-			reply = c.reply
-		}
-	} else {
-		args := make([]any, 0, 3+len(l.quotaArg))
-		args = append(args, n, id, l.now())
-		args = append(args, l.quotaArg...)
-		reply, err = l.eval(ctx, l.keysFor(tag), args)
-	}
+	args := make([]any, 0, 3+len(l.quotaArg))
+	args = append(args, n, id, l.now())
+	args = append(args, l.quotaArg...)
+	reply, err := l.eval(ctx, l.keysFor(tag), args)
 	if err != nil {
 		res, err := l.fallback(identity, n, id, fmt.Errorf("allow script: %w", err))
 		return l.observe(ctx, identity, n, start, res, err)
