@@ -193,7 +193,7 @@ type refuseAll struct{ asked atomic.Int64 }
 
 var errRefused = errors.New("refused by the client's limiter")
 
-func (r *refuseAll) Allow() error        { r.asked.Add(1); return errRefused }
+func (r *refuseAll) Allow() error       { r.asked.Add(1); return errRefused }
 func (r *refuseAll) ReportResult(error) {}
 
 // TestClientLimiterApplies gives the client a go-redis Limiter that refuses

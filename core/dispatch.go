@@ -20,6 +20,10 @@ const (
 	// connections the limiter holds, per node. go-redis's default pool
 	// holds ten per CPU.
 	maxInFlight = 4
+	// maxScriptBatch is the most requests one call of allow.lua's batch
+	// form decides, so that one script never holds Redis for long (about
+	// 1 ms at 32); a larger batch is several such calls in one pipeline.
+	maxScriptBatch = 32
 	// maxQueue is the most calls waiting per node. A burst larger than
 	// maxInFlight*maxBatch+maxQueue (4,608) calls at one instant is decided
 	// by the policy beyond that, with an error wrapping ErrUnavailable.
@@ -598,11 +602,35 @@ func (ln *lane) send(ctx context.Context, batch []*call) {
 	case len(batch) == 1:
 		c := batch[0]
 		c.reply, c.err = run(ctx, script, c.keys, c.args...).Int64Slice()
-	case ln.d.single:
+	case ln.d.single && len(batch) <= maxScriptBatch:
 		keys, args := batchCommand(batch)
 		replies, err := run(ctx, script, keys, args...).Slice()
 		for i, c := range batch {
 			c.reply, c.err = batchReply(replies, i, err)
+		}
+	case ln.d.single:
+		// Several script calls of at most maxScriptBatch requests each,
+		// in one pipeline.
+		pipe := ln.d.pipe()
+		var cmds []*redis.Cmd
+		for from := 0; from < len(batch); from += maxScriptBatch {
+			keys, args := batchCommand(batch[from:min(from+maxScriptBatch, len(batch))])
+			name := "evalsha"
+			if eval {
+				name = "eval"
+			}
+			cmd := evalCmd(ctx, name, script, keys, args)
+			cmds = append(cmds, cmd)
+			_ = pipe.Process(ctx, cmd)
+		}
+		_, err := pipe.Exec(ctx)
+		for i, c := range batch {
+			cmd := cmds[i/maxScriptBatch]
+			replies, cerr := cmd.Slice()
+			if cerr == nil && replies == nil && err != nil {
+				cerr = err // no connection: go-redis left the command untouched
+			}
+			c.reply, c.err = batchReply(replies, i%maxScriptBatch, cerr)
 		}
 	default:
 		pipe := ln.d.pipe()

@@ -133,7 +133,7 @@ func TestBurstIsExactOnABusyHost(t *testing.T) {
 		start := time.Now()
 		admitted, fallbacks, errs := burst(t, lim, "burst", 1000)
 		trips, calls := hook.sent()
-		t.Logf("1,000 concurrent calls, GOMAXPROCS %d, two busy loops: %d admitted, %d fallbacks in %v; %d scripts in %d round trips",
+		t.Logf("1,000 concurrent calls, GOMAXPROCS %d, two busy loops: %d admitted, %d fallbacks in %v; %d script calls in %d round trips",
 			runtime.GOMAXPROCS(0), admitted, fallbacks, time.Since(start), calls, trips)
 		if admitted != 5 || fallbacks != 0 || len(errs) != 0 {
 			t.Fatalf("1,000 concurrent Allow, limit 5 = %d admitted, %d fallbacks, errors %v; want 5, 0, none", admitted, fallbacks, errs)
@@ -221,7 +221,7 @@ func TestBatchesShareRoundTrips(t *testing.T) {
 		}
 		wg.Wait()
 		trips, calls := hook.sent()
-		t.Logf("400 concurrent calls on two limiters: %d scripts in %d round trips", calls, trips)
+		t.Logf("400 concurrent calls on two limiters: %d script calls in %d round trips", calls, trips)
 		if gotA.Load() != 50 || gotB.Load() != 70 {
 			t.Fatalf("admitted %d and %d, want 50 and 70", gotA.Load(), gotB.Load())
 		}
