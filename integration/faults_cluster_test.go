@@ -35,7 +35,7 @@ func TestClusterNodeLeaves(t *testing.T) {
 	leakCheck(t)
 	busyLoops(t, 2, 5*time.Minute)
 	nodes := startCluster(t)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(nodes), OnConnect: noopOnConnect})
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(nodes)})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := testPrefix(t)
 	lim := newLimiter(t, rdb, prefix, faultLimit, slidelimit.WithDenyCache(0))

@@ -122,7 +122,7 @@ var redisFaults = []redisFault{
 			return func() { mustDo(t, admin, "CONFIG", "SET", "maxmemory", "0") }
 		}
 	}},
-	{name: "NOPERM (no scripting for the user)", reply: "NOPERM", setup: func(t *testing.T) (*redis.Client, func() func()) {
+	{name: "NOPERM (no scripting for the user)", reply: "NOPERM", opens: true, setup: func(t *testing.T) (*redis.Client, func() func()) {
 		srv, admin := aclServer(t)
 		return appClient(t, srv.Addr, appUser), func() func() {
 			mustDo(t, admin, "ACL", "SETUSER", appUser.name, "-@scripting")
@@ -156,8 +156,7 @@ var redisFaults = []redisFault{
 			rs, _ := sadmin.Do(ctx, "SENTINEL", "REPLICAS", "mymaster").Slice()
 			return len(rs) > 0
 		})
-		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr},
-			OnConnect: noopOnConnect})
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr}})
 		t.Cleanup(func() { _ = rdb.Close() })
 		return rdb, func() func() {
 			primary.Stop()
@@ -190,8 +189,9 @@ while true do
 end`
 
 // TestRedisFaults makes a real Redis refuse to serve in each way it can
-// (READONLY, MASTERDOWN, LOADING, BUSY, OOM, NOPERM, a wrong password,
-// killed connections, a Sentinel failover, the user closing the client)
+// (READONLY, MASTERDOWN, LOADING, BUSY, NOPERM, a wrong password, killed
+// connections, a Sentinel failover, the user closing the client; and OOM,
+// which Redis lets allow.lua through)
 // while three limiters, one per FailurePolicy, keep deciding from 18
 // goroutines through the user's go-redis client, with two busy loops
 // beside them. For every fault it checks that nothing panics; that every
@@ -386,17 +386,12 @@ func changePassword(t *testing.T, admin *redis.Client) {
 	mustDo(t, admin, "CLIENT", "KILL", "USER", appUser.name)
 }
 
-// noopOnConnect is an OnConnect hook that does nothing. A client with an
-// OnConnect hook takes core's go-redis path, which these tests exercise,
-// for as long as core also has connections of its own.
-func noopOnConnect(context.Context, *redis.Conn) error { return nil }
-
 // appClient returns the limiter's client of addr, logged in as u (nil for
 // the default user), with go-redis's defaults otherwise, changed by each of
 // opts. It is closed when the test ends.
 func appClient(t *testing.T, addr string, u *user, opts ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: addr, OnConnect: noopOnConnect}
+	o := &redis.Options{Addr: addr}
 	if u != nil {
 		o.Username, o.Password = u.name, u.password
 	}
