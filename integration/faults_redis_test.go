@@ -191,10 +191,9 @@ end`
 // TestRedisFaults makes a real Redis refuse to serve in each way it can
 // (READONLY, MASTERDOWN, LOADING, BUSY, NOPERM, a wrong password, killed
 // connections, a Sentinel failover, the user closing the client; and OOM,
-// which Redis lets allow.lua through)
-// while three limiters, one per FailurePolicy, keep deciding from 18
-// goroutines through the user's go-redis client, with two busy loops
-// beside them. For every fault it checks that nothing panics; that every
+// which Redis lets allow.lua through) while three limiters, one per
+// FailurePolicy, keep deciding from 18 goroutines through the user's
+// go-redis client, with two busy loops beside them. For every fault it checks that nothing panics; that every
 // decision Redis could not make is the policy's, with an error wrapping
 // ErrUnavailable; that the fault bit, with its own reply; that the circuit
 // breaker opened where Redis cannot serve; that after the fault a burst on
@@ -230,15 +229,23 @@ func runRedisFault(t *testing.T, f redisFault) {
 	end()
 	ended := time.Now()
 
-	// Recovery: a burst on fresh identities, decided by Redis alone and
-	// exactly, under each policy, while the traffic goes on.
+	// Recovery: bursts on fresh identities until one is decided by Redis
+	// alone, and exactly, under each policy at once, while the traffic
+	// goes on.
 	recovery := make([]string, len(lims))
+	var wg sync.WaitGroup
 	for i, lim := range lims {
 		recovery[i] = "n/a"
-		if !f.closes {
-			recovery[i] = awaitExact(t, lim, prefixes[i]+"exact-", ended).Round(time.Millisecond).String()
+		if f.closes {
+			continue
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			recovery[i] = awaitExact(t, lim, prefixes[i]+"exact-", ended).Round(time.Millisecond).String()
+		}()
 	}
+	wg.Wait()
 
 	replied := false
 	for i, tr := range trs {
