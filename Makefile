@@ -18,7 +18,8 @@ GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lin
 ## the integration tests that lean on go-redis's behaviour (retries, pipelines, redirects,
 ## NOSCRIPT, timeouts, Redis's fault replies; GOREDIS_MIDDLE_RUN) against a middle release,
 ## GOREDIS_MIDDLE (the whole of integration would add minutes), and core, integration and
-## examples whole against the newest v9; then the release check.
+## examples whole against the newest v9; then every fuzz target for FUZZTIME (10s) beyond
+## its seeds, then the release check.
 test:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	scripts/each-module.sh $(GO) vet ./...
@@ -26,6 +27,7 @@ test:
 	scripts/with-redis.sh scripts/each-module.sh $(GO) test -count=1 -run 'Alloc' ./...
 	GO=$(GO) scripts/with-redis.sh scripts/test-goredis.sh $(GOREDIS_MIDDLE) core integration='$(GOREDIS_MIDDLE_RUN)'
 	GO=$(GO) scripts/with-redis.sh scripts/test-goredis.sh latest
+	GO=$(GO) scripts/with-redis.sh scripts/fuzz.sh
 	$(MAKE) --no-print-directory release-check
 
 ## release-check: publish every library module of the working tree at the CHANGELOG's

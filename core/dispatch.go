@@ -2,7 +2,9 @@ package slidelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -56,6 +58,7 @@ type dispatcher struct {
 	pipe    func() redis.Pipeliner
 	cluster *redis.ClusterClient // nil unless the client is one
 	single  bool                 // one Redis serves every key: batches go as one script call
+	bounded bool                 // the client gives up at a context's deadline
 	reload  *reloader
 
 	// Limits; the defaults above, smaller in tests.
@@ -115,7 +118,7 @@ func forgetDispatcher(e dispatcherEntry) {
 
 func newDispatcher(client redis.Scripter, pipe func() redis.Pipeliner) *dispatcher {
 	d := &dispatcher{client: client, pipe: pipe, maxBatch: maxBatch, maxInFlight: maxInFlight,
-		maxQueue: maxQueue, lanes: make(map[string]*lane)}
+		maxQueue: maxQueue, lanes: make(map[string]*lane), bounded: honoursDeadlines(client)}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
 		d.cluster = c
@@ -230,6 +233,11 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 	if !ok {
 		return outcome{err: errQueueFull}
 	}
+	if alone && d.bounded && timeout > 0 {
+		if o, ok := ln.direct(ctx, c); ok {
+			return o
+		}
+	}
 	if alone {
 		t := ln.start([]*call{c})
 		if failed, left := t.wait(ctx.Done()); left {
@@ -303,6 +311,42 @@ func (ln *lane) take() []*call {
 	}
 	ln.inFlight++
 	return batch
+}
+
+// direct makes the round trip of c, its lone call, on the caller's
+// goroutine, for a client that gives up at a context's deadline: go-redis
+// itself then bounds Redis's silence by c's timeout, and no goroutine
+// stands between the caller and Redis. A caller whose context ends waits
+// for that bound (the client only reads the context's deadline).
+//
+// If Redis did not answer in time while this process or its host was too
+// busy to have read the answer, direct reports false with c sent again on
+// the lane's slot: the caller then waits for it as for any round trip, and
+// c's request id makes sure that a request Redis did record is counted
+// once.
+func (ln *lane) direct(ctx context.Context, c *call) (outcome, bool) {
+	busy := recentMeter()
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	c.arm()
+	var delivered atomic.Int32
+	failed := ln.exec(rctx, []*call{c}, roundTrips.Add(1), &delivered)
+	o := <-c.out // exec decides every call it is given
+	if o.h == healthFailed && ctx.Err() == nil && isTimeout(o.err) && busy.busy() {
+		c.state.Store(sent)
+		return outcome{}, false
+	}
+	if next := ln.next(failed); next != nil {
+		go ln.run(next)
+	}
+	return o, true
+}
+
+// isTimeout reports whether err is a deadline passing: a context's, or a
+// connection's read or write deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // run sends batch, then the next batches while calls wait.

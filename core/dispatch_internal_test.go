@@ -146,6 +146,38 @@ func TestLoneCallerLeaves(t *testing.T) {
 	waitFor(t, "the lane to empty", func() bool { n, q := lane(); return n == 0 && q == 0 })
 }
 
+// TestDirectCallKeepsTheTimeout sends lone calls, each on its caller's
+// goroutine, through a client that gives up at a context's deadline, to a
+// Redis that never answers: each is decided by the policy once the
+// limiter's timeout passes, long before the client's own ReadTimeout, and
+// counts as a failed round trip, so the breaker opens.
+func TestDirectCallKeepsTheTimeout(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1, ContextTimeoutEnabled: true,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim, err := New(rdb, PerMinute(5), WithTimeout(50*time.Millisecond), WithFailurePolicy(FailClosed), WithBreaker(2, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lim.disp.bounded {
+		t.Fatal("a client with ContextTimeoutEnabled is not taken as giving up at a deadline")
+	}
+	for i := range 2 {
+		start := time.Now()
+		res, err := lim.Allow(t.Context(), "d")
+		if !errors.Is(err, ErrUnavailable) || res.Allowed || !res.Fallback || !isTimeout(err) {
+			t.Fatalf("lone Allow #%d to a silent Redis = %+v, %v; want a fail-closed fallback on a timeout", i+1, res, err)
+		}
+		// The bound is the client's ReadTimeout, which the call must not wait for.
+		if took := time.Since(start); took > 30*time.Second {
+			t.Fatalf("lone Allow #%d took %v: it waited for the client's ReadTimeout", i+1, took)
+		}
+	}
+	if _, err := lim.brk.admit(""); !errors.Is(err, ErrCircuitOpen) {
+		t.Errorf("after two lone calls timed out the breaker = %v, want open", err)
+	}
+}
+
 // TestBreakerIsPerNode fails one node: only its circuit opens.
 func TestBreakerIsPerNode(t *testing.T) {
 	b := newBreaker(2, time.Minute)
