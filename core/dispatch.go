@@ -234,6 +234,8 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 		return outcome{err: errQueueFull}
 	}
 	if alone && d.bounded && timeout > 0 {
+		// A client that bounds its I/O by the context's deadline needs no
+		// goroutine of the lane's to keep the timeout.
 		if o, ok := ln.direct(ctx, c); ok {
 			return o
 		}
@@ -314,32 +316,50 @@ func (ln *lane) take() []*call {
 }
 
 // direct makes the round trip of c, its lone call, on the caller's
-// goroutine, for a client that gives up at a context's deadline: go-redis
-// itself then bounds Redis's silence by c's timeout, and no goroutine
-// stands between the caller and Redis. A caller whose context ends waits
-// for that bound (the client only reads the context's deadline).
-//
-// If Redis did not answer in time while this process or its host was too
-// busy to have read the answer, direct reports false with c sent again on
-// the lane's slot: the caller then waits for it as for any round trip, and
-// c's request id makes sure that a request Redis did record is counted
-// once.
+// goroutine (see bounded). A caller whose context ends waits for c's
+// timeout at most (the client only reads the context's deadline). It
+// reports false, with c still sent and the lane's slot still held, if the
+// call must be sent again: the caller then waits for it as for any round
+// trip.
 func (ln *lane) direct(ctx context.Context, c *call) (outcome, bool) {
-	busy := recentMeter()
-	rctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	c.arm()
-	var delivered atomic.Int32
-	failed := ln.exec(rctx, []*call{c}, roundTrips.Add(1), &delivered)
-	o := <-c.out // exec decides every call it is given
-	if o.h == healthFailed && ctx.Err() == nil && isTimeout(o.err) && busy.busy() {
-		c.state.Store(sent)
+	failed, held := ln.bounded(ctx, []*call{c})
+	if held != nil {
 		return outcome{}, false
 	}
+	o := <-c.out // bounded decides every call it does not hold
 	if next := ln.next(failed); next != nil {
 		go ln.run(next)
 	}
 	return o, true
+}
+
+// bounded makes batch's round trip on this goroutine, for a client that
+// gives up at a context's deadline: go-redis itself then bounds Redis's
+// silence by the longest timeout of batch, and no goroutine stands between
+// the calls and Redis. It reports whether Redis failed, and returns the
+// calls Redis did not answer in time while this process or its host was too
+// busy to have read the answer: they are left sent, for a round trip that
+// grants them the busy allowance (see trip.wait); their request ids make
+// sure that a request Redis did record is counted once.
+func (ln *lane) bounded(ctx context.Context, batch []*call) (failed bool, held []*call) {
+	busy := recentMeter()
+	rctx, cancel := context.WithTimeout(ctx, maxTimeout(batch))
+	defer cancel()
+	for _, c := range batch {
+		c.arm()
+	}
+	asked, wasBusy := false, false
+	hold := func(err error) bool {
+		if ctx.Err() != nil || !isTimeout(err) {
+			return false
+		}
+		if !asked {
+			asked, wasBusy = true, busy.busy()
+		}
+		return wasBusy
+	}
+	var delivered atomic.Int32
+	return ln.exec(rctx, batch, roundTrips.Add(1), &delivered, hold)
 }
 
 // isTimeout reports whether err is a deadline passing: a context's, or a
@@ -352,6 +372,8 @@ func isTimeout(err error) bool {
 // run sends batch, then the next batches while calls wait.
 func (ln *lane) run(batch []*call) {
 	for batch != nil {
+		// A batch waits on Redis behind the batches ahead of it, which only
+		// trip.wait allows for: its round trip is never bounded directly.
 		failed, _ := ln.start(batch).wait(nil)
 		batch = ln.next(failed)
 	}
@@ -444,7 +466,10 @@ func (ln *lane) start(batch []*call) *trip {
 	}
 	t := &trip{ln: ln, batch: batch, rt: rt, cancel: cancel, result: make(chan bool, 1), byExec: new(atomic.Int32),
 		busy: sinceRecently(), graced: make([]bool, len(batch)), added: make([]time.Duration, len(batch))}
-	go func() { t.result <- ln.exec(ctx, batch, rt, t.byExec) }()
+	go func() {
+		failed, _ := ln.exec(ctx, batch, rt, t.byExec, nil)
+		t.result <- failed
+	}()
 	return t
 }
 
@@ -570,10 +595,11 @@ var retryDelays = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 
 
 // exec sends batch (see send); resends by EVAL, which also loads the
 // script, the calls the node answered NOSCRIPT; retries CLUSTERDOWN and
-// TRYAGAIN briefly; and delivers each outcome. It reports whether Redis
-// failed the round trip: some calls failed and none was answered (on
-// Cluster a batch can span a failed and a healthy node).
-func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *atomic.Int32) bool {
+// TRYAGAIN briefly; and delivers each outcome, but for the calls whose
+// error hold (if not nil) keeps: those it returns, undelivered. It reports
+// whether Redis failed the round trip: some calls failed and none was
+// answered (on Cluster a batch can span a failed and a healthy node).
+func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *atomic.Int32, hold func(error) bool) (failedTrip bool, held []*call) {
 	failed, answered := false, false
 	pending := batch
 	for attempt := 0; len(pending) > 0; attempt++ {
@@ -598,6 +624,10 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 				continue
 			}
 			h := classify(c.err)
+			if h == healthFailed && hold != nil && hold(c.err) {
+				held = append(held, c)
+				continue
+			}
 			switch h {
 			case healthFailed:
 				failed = true
@@ -619,12 +649,12 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 						delivered.Add(1)
 					}
 				}
-				return true
+				return true, held
 			}
 		}
 		pending = again
 	}
-	return failed && !answered // a batch that Redis partly answered drains nothing
+	return failed && !answered, held // a batch that Redis partly answered drains nothing
 }
 
 // send runs the allow script for every call of batch, by EVAL for a call

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -230,4 +231,33 @@ func TestLocalLimitsForgetsLeastRecent(t *testing.T) {
 	if res := zero.decide("z", 1, false, now); res.Allowed || res.RetryAfter <= 0 {
 		t.Fatalf("decide with a share of 0 = %+v, want denied", res)
 	}
+}
+
+// TestDispatcherGoesWithItsLimiters makes limiters on clients that the test
+// then drops: their dispatchers, and the registry's entries for them, go
+// once the garbage collector has run, so a process that makes clients as it
+// goes keeps none of them alive.
+func TestDispatcherGoesWithItsLimiters(t *testing.T) {
+	entries := func() int {
+		n := 0
+		dispatchers.Range(func(_, _ any) bool { n++; return true })
+		return n
+	}
+	before := entries()
+	func() {
+		for range 20 {
+			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+			if _, err := New(rdb, PerMinute(5)); err != nil {
+				t.Fatal(err)
+			}
+			_ = rdb.Close()
+		}
+	}()
+	if got := entries(); got < before+20 {
+		t.Fatalf("after 20 limiters on 20 clients the registry holds %d entries, want at least %d", got, before+20)
+	}
+	waitFor(t, "the dropped clients' dispatchers to go", func() bool {
+		runtime.GC()
+		return entries() <= before
+	})
 }
