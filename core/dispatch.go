@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"weak"
 
@@ -192,6 +194,7 @@ type call struct {
 	// The last attempt's answer, set by exec.
 	reply    []int64
 	err      error
+	resent   bool         // sent again after its connection broke
 	deadline atomic.Int64 // UnixNano by which Redis must answer; 0: no bound but the caller's context
 }
 
@@ -360,6 +363,13 @@ func (ln *lane) bounded(ctx context.Context, batch []*call) (failed bool, held [
 	}
 	var delivered atomic.Int32
 	return ln.exec(rctx, batch, roundTrips.Add(1), &delivered, hold)
+}
+
+// brokenConn reports whether err is a connection that broke under a
+// command: closed or reset by the peer.
+func brokenConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // isTimeout reports whether err is a deadline passing: a context's, or a
@@ -616,6 +626,14 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 			switch {
 			case isNoScript(c.err) && attempt <= len(retryDelays):
 				c.arm() // Redis answered; the call sent again has the whole timeout
+				again = append(again, c)
+				continue
+			case brokenConn(c.err) && !c.resent && beforeDeadline(c, 0):
+				// The connection broke after the command may have run: send
+				// it once more, whatever the client's own retry policy (newer
+				// go-redis versions do not resend a script). Its request id
+				// makes sure a request Redis did record is counted once.
+				c.resent = true
 				again = append(again, c)
 				continue
 			case retryableReply(c.err) && attempt < len(retryDelays) && beforeDeadline(c, retryDelays[attempt]):
