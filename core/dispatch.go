@@ -196,6 +196,11 @@ type call struct {
 	err      error
 	resent   bool         // sent again after its connection broke
 	deadline atomic.Int64 // UnixNano by which Redis must answer; 0: no bound but the caller's context
+
+	// What trip.wait granted the call beyond its timeout: for a busy
+	// process, and a last grace. Only the round trip's wait touches them.
+	added  time.Duration
+	graced bool
 }
 
 // arm starts c's timeout: a command of c was just sent.
@@ -449,11 +454,9 @@ type trip struct {
 	batch  []*call
 	rt     uint64 // the round trip's number, for the breaker
 	cancel context.CancelFunc
-	result chan bool     // exec's report
-	byExec *atomic.Int32 // calls exec delivered
-	busy   *busyMeter
-	graced []bool
-	added  []time.Duration // allowance used for a busy process
+	result chan bool    // exec's report
+	byExec atomic.Int32 // calls exec delivered
+	busy   busyMeter
 	failed bool
 	timer  *time.Timer
 }
@@ -474,10 +477,9 @@ func (ln *lane) start(batch []*call) *trip {
 	if longest := maxTimeout(batch); longest > 0 {
 		ctx, cancel = context.WithTimeout(context.Background(), longest+busyAllowance+busyStep)
 	}
-	t := &trip{ln: ln, batch: batch, rt: rt, cancel: cancel, result: make(chan bool, 1), byExec: new(atomic.Int32),
-		busy: sinceRecently(), graced: make([]bool, len(batch)), added: make([]time.Duration, len(batch))}
+	t := &trip{ln: ln, batch: batch, rt: rt, cancel: cancel, result: make(chan bool, 1), busy: recentMeter()}
 	go func() {
-		failed, _ := ln.exec(ctx, batch, rt, t.byExec, nil)
+		failed, _ := ln.exec(ctx, batch, rt, &t.byExec, nil)
 		t.result <- failed
 	}()
 	return t
@@ -542,7 +544,7 @@ func (t *trip) wait(leave <-chan struct{}) (failed, left bool) {
 			if t.busy.busy() {
 				late = max(late, busyStep)
 			}
-			for i, c := range batch {
+			for _, c := range batch {
 				d := c.deadline.Load()
 				if d == 0 || d > now.UnixNano() || c.state.Load() != sent {
 					continue
@@ -552,11 +554,11 @@ func (t *trip) wait(leave <-chan struct{}) (failed, left bool) {
 					// Redis answers other round trips, and this one waits
 					// behind them in Redis: it is busy, not failing.
 					c.deadline.CompareAndSwap(d, ln.answered.Load()+int64(c.timeout))
-				case late > promptly && t.added[i] < busyAllowance:
-					t.added[i] += late
+				case late > promptly && c.added < busyAllowance:
+					c.added += late
 					c.deadline.CompareAndSwap(d, now.Add(late).UnixNano())
-				case !t.graced[i]:
-					t.graced[i] = true
+				case !c.graced:
+					c.graced = true
 					c.deadline.CompareAndSwap(d, now.Add(promptly).UnixNano())
 				case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: t.rt}):
 					t.failed = true

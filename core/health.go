@@ -90,13 +90,13 @@ func unavailableReply(err error) bool {
 // retryableReply reports whether err is worth sending again in a moment,
 // within the call's bound: the cluster is reconfiguring.
 func retryableReply(err error) bool {
-	return redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN")
+	return err != nil && (redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN"))
 }
 
 // redirect reports whether err is a MOVED or ASK reply that go-redis did
 // not follow to the end.
 func redirect(err error) bool {
-	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
 }
 
 // reloadEvery is the least time between two slot-map reloads the limiter
