@@ -196,6 +196,7 @@ type call struct {
 	err      error
 	resent   bool         // sent again after its connection broke
 	deadline atomic.Int64 // UnixNano by which Redis must answer; 0: no bound but the caller's context
+	due      int64        // the deadline as armed, before any allowance; set before exec runs
 
 	// What trip.wait granted the call beyond its timeout: for a busy
 	// process, and a last grace. Only the round trip's wait touches them.
@@ -206,8 +207,16 @@ type call struct {
 // arm starts c's timeout: a command of c was just sent.
 func (c *call) arm() {
 	if c.timeout > 0 {
-		c.deadline.Store(time.Now().Add(c.timeout).UnixNano())
+		d := time.Now().Add(c.timeout).UnixNano()
+		c.due = d
+		c.deadline.Store(d)
 	}
+}
+
+// late reports whether Redis answered c after its timeout, within what
+// trip.wait granted beyond it.
+func (c *call) late() bool {
+	return c.due != 0 && time.Now().UnixNano() > c.due
 }
 
 // outcome is what a call learns.
@@ -216,6 +225,7 @@ type outcome struct {
 	err   error
 	h     health
 	rt    uint64 // the round trip, for the breaker; 0 for none
+	late  bool   // answered past the call's timeout, by an allowance
 }
 
 // finish delivers o unless the call was already finished or left.
@@ -655,7 +665,7 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 				answered = true
 			}
 			reload = reload || shouldReload(c.err)
-			if c.finish(sent, outcome{reply: c.reply, err: c.err, h: h, rt: rt}) {
+			if c.finish(sent, outcome{reply: c.reply, err: c.err, h: h, rt: rt, late: c.late()}) {
 				delivered.Add(1)
 			}
 		}
@@ -845,6 +855,13 @@ func (l *Limiter) eval(ctx context.Context, keys []string, args []any) ([]int64,
 	}
 	if ctx.Err() != nil && o.err != nil {
 		o.h = healthUnknown // the caller's context ended: that says nothing about Redis
+	}
+	if probe && o.late && o.h == healthOK {
+		// A probe checks that Redis answers within the timeout. Answered
+		// only within the allowance for a busy host, it does not close the
+		// circuit: a slow Redis would otherwise close it at every cooldown
+		// and hold a whole burst of callers past their timeout each time.
+		o.h = healthFailed
 	}
 	l.brk.record(node, o.rt, o.h, probe)
 	return o.reply, o.err
