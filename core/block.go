@@ -38,7 +38,8 @@ const MaxBlock = time.Hour
 // call it for you.
 //
 // The block is one Redis key beside identity's logs, prefix + "{" +
-// identity + "}:!blocked", with the identity made safe as Key describes; it
+// identity + "}:!blocked", with the identity made safe as Key describes,
+// holding the Redis time in microseconds at which the block began; it
 // expires by Redis's clock when the block ends. A block is only ever
 // lengthened: a shorter Block while a longer one is in force changes
 // nothing. d is cut to MaxBlock; d of zero or less does nothing. Block

@@ -40,9 +40,11 @@ func (l *Limiter) Wait(ctx context.Context, identity string) (Result, error) {
 // a random fraction of the window on top (at most 100 ms), so that a freed
 // unit costs Redis one decision per process rather than one per waiter,
 // and processes woken by the same unit do not ask at the same instant.
-// Before each decision the head reads identity's block, so a decision
-// costs two Redis scripts: the block's read and AllowN's; a process asks
-// for one decision at a time per identity.
+// After each admission the head reads identity's block, and refunds the
+// admission if a block is in force, so an admission that stands came
+// before any block in Redis: an admitted request costs two Redis scripts,
+// AllowN's and the block's read. A process asks for one decision at a time
+// per identity.
 //
 // WaitN returns at once:
 //   - with ctx.Err() when ctx ends while waiting, having recorded nothing
@@ -57,8 +59,8 @@ func (l *Limiter) Wait(ctx context.Context, identity string) (Result, error) {
 // When Redis fails, the FailurePolicy decides as for AllowN: a Fallback
 // admission is returned together with its error wrapping ErrUnavailable;
 // a Fallback denial (FailClosed, or FailLocal's share used up) is waited
-// out like any other, for its RetryAfter. While Redis fails, the block is
-// not read.
+// out like any other, for its RetryAfter. A Fallback admission does not
+// read the block: Redis has just failed.
 //
 // The admission is recorded at the moment Redis decides, and the request
 // reaches its destination later. Where the other side counts arrivals in
@@ -125,7 +127,6 @@ type waitQueue struct {
 	earliest time.Time // while pausing: when the head could be admitted
 	denial   Result    // while pausing: the Result that made it pause
 
-	fallback bool // the runner's last decision was a Fallback; runner only
 }
 
 // queues holds every queue that has waiters.
@@ -216,19 +217,23 @@ func (q *waitQueue) run() {
 		// the head leaves while Redis decides, an admission goes to the
 		// next waiter. So it runs with the head's values but not its end.
 		ctx := context.WithoutCancel(head.ctx)
-		if !q.fallback {
+		res, err := l.AllowN(ctx, identity, head.n)
+		if !res.Allowed {
+			q.pause(res.RetryAfter, res)
+			continue
+		}
+		// The block is read after the admission, not before: an admission
+		// that stands then came before any block Redis holds, and one that
+		// finds a block is refunded. Read first, a block recorded between
+		// the read and the admission would let a request through.
+		if !res.Fallback {
 			if left, err := l.Blocked(ctx, identity); err == nil && left > 0 {
-				q.pause(left, Result{Limit: l.cfg.limits[0], RetryAfter: left})
+				_ = l.Refund(ctx, res) // best effort: the unit leaves with its window anyway
+				q.pause(left, Result{Limit: res.Limit, RetryAfter: left})
 				continue
 			}
 		}
-		res, err := l.AllowN(ctx, identity, head.n)
-		q.fallback = res.Fallback
-		if res.Allowed {
-			q.hand(head, waitReply{res, err})
-			continue
-		}
-		q.pause(res.RetryAfter, res)
+		q.hand(head, waitReply{res, err})
 	}
 }
 
