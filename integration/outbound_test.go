@@ -142,8 +142,8 @@ func privateRedis(t *testing.T) (*redistest.Server, *redis.Client) {
 const (
 	outboundProcesses = 4
 	outboundWorkers   = 32
-	partnerQuota   = 100
-	partnerWindow  = 10 * time.Second
+	partnerQuota      = 100
+	partnerWindow     = 10 * time.Second
 	// outboundMargin is added to the limiter's window: the limiter records an
 	// admission when Redis decides, the partner counts the request when it
 	// arrives, and the spread of the delay between the two must not let
@@ -383,4 +383,3 @@ func TestOutboundFleetWhenRedisFails(t *testing.T) {
 		})
 	}
 }
-

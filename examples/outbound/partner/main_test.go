@@ -16,8 +16,8 @@ func TestPartnerCountsAnExactWindow(t *testing.T) {
 	}{
 		{0, http.StatusOK, 0},
 		{100 * time.Millisecond, http.StatusOK, 0},
-		{999 * time.Millisecond, http.StatusTooManyRequests, 1}, // the window holds 2
-		{time.Second, http.StatusOK, 0},                         // the first left at 1 s
+		{999 * time.Millisecond, http.StatusTooManyRequests, 1},  // the window holds 2
+		{time.Second, http.StatusOK, 0},                          // the first left at 1 s
 		{1050 * time.Millisecond, http.StatusTooManyRequests, 7}, // THROTTLE_AT 5
 	}
 	for i, s := range steps {
