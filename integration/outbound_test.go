@@ -220,7 +220,14 @@ func TestOutboundFleetSharesAPartnerQuota(t *testing.T) {
 }
 
 func TestOutboundFleetObeysAPartnerThrottle(t *testing.T) {
-	rdb := redistest.Client(t)
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) { testPartnerThrottle(t, b.client(t)) })
+	}
+}
+
+// testPartnerThrottle runs the throttle scenario against rdb: the block
+// shares the identity's hash slot, so Redis Cluster holds it as well.
+func testPartnerThrottle(t *testing.T, rdb redis.UniversalClient) {
 	// The partner answers its 20th request 429, Retry-After: 5.
 	p := newArrivalPartner(t, 20, "5")
 	const run = 9 * time.Second
