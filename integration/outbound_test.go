@@ -244,6 +244,7 @@ func testPartnerThrottle(t *testing.T, rdb redis.UniversalClient) {
 	identity := "host:" + strings.TrimPrefix(p.URL, "http://")
 	blockKey := cfg.Prefix + "{" + identity + "}:!blocked" // as Limiter.Block documents
 	hs := startOutbound(t, outboundProcesses, cfg)
+	busyLoops(t, 2, run+20*time.Second)
 	goOutbound(t, hs)
 	// The block's key holds the Redis time it began; read it while it lasts.
 	var began string
@@ -348,6 +349,7 @@ func TestOutboundFleetWhenRedisFails(t *testing.T) {
 				Timeout:  200 * time.Millisecond,
 			}
 			hs := startOutbound(t, outboundProcesses, cfg)
+			busyLoops(t, 2, run+20*time.Second)
 			goOutbound(t, hs)
 			time.Sleep(3 * time.Second) // let the fleet wait on Redis's decisions
 			stopped := time.Now()
