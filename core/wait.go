@@ -218,6 +218,10 @@ func (q *waitQueue) run() {
 		// next waiter. So it runs with the head's values but not its end.
 		ctx := context.WithoutCancel(head.ctx)
 		res, err := l.AllowN(ctx, identity, head.n)
+		if err != nil && !res.Allowed && !res.Fallback {
+			q.hand(head, waitReply{res, err}) // not reached: WaitN checked the input
+			continue
+		}
 		if !res.Allowed {
 			q.pause(res.RetryAfter, res)
 			continue
