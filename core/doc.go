@@ -130,5 +130,7 @@
 // ErrWouldExceedDeadline. Block records a fleet-wide pause of an identity,
 // such as a partner's Retry-After, which every Wait in every process obeys;
 // httplimit.NewTransport and grpclimit's client interceptors wait and
-// block for you.
+// block for you. There is no Reserve: booking a future slot in the exact
+// log would either hold its unit for more than a window or leave the slot
+// to another process; AllowN with Refund, and WaitN, are its exact forms.
 package slidelimit
