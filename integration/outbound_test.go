@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -251,7 +252,7 @@ func testPartnerThrottle(t *testing.T, rdb redis.UniversalClient) {
 	deadline := time.Now().Add(run)
 	for began == "" && time.Now().Before(deadline) {
 		v, err := rdb.Get(t.Context(), blockKey).Result()
-		if err != nil && err != redis.Nil {
+		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatalf("GET %s: %v", blockKey, err)
 		}
 		began = v

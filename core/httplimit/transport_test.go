@@ -72,7 +72,7 @@ func outboundPrefix(t *testing.T) string {
 	return p
 }
 
-func sendGET(t *testing.T, ctx context.Context, c *http.Client, url string) (*http.Response, error) {
+func sendGET(ctx context.Context, t *testing.T, c *http.Client, url string) (*http.Response, error) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -95,11 +95,11 @@ func TestTransportWaitsForTheLimitAndSetsNothing(t *testing.T) {
 	client := &http.Client{Transport: httplimit.NewTransport(lim)}
 	plain := &http.Client{Transport: http.DefaultTransport}
 
-	if _, err := sendGET(t, t.Context(), plain, p.URL); err != nil {
+	if _, err := sendGET(t.Context(), t, plain, p.URL); err != nil {
 		t.Fatalf("plain GET: %v", err)
 	}
 	for i := range 7 {
-		resp, err := sendGET(t, t.Context(), client, p.URL)
+		resp, err := sendGET(t.Context(), t, client, p.URL)
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET %d through the Transport = %v, %v, want 200", i, resp, err)
 		}
@@ -150,14 +150,14 @@ func TestTransportBlocksEveryProcessOnRetryAfter(t *testing.T) {
 		blockedAtArrival = append(blockedAtArrival, left)
 		p.mu.Unlock()
 	}
-	resp, err := sendGET(t, t.Context(), &http.Client{Transport: httplimit.NewTransport(first)}, p.URL)
+	resp, err := sendGET(t.Context(), t, &http.Client{Transport: httplimit.NewTransport(first)}, p.URL)
 	if err != nil || resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("first GET = %v, %v, want the partner's 429 passed through", resp, err)
 	}
 	if left, err := second.Blocked(t.Context(), key); err != nil || left <= 0 {
 		t.Fatalf("Blocked(%s) seen by another process = %v, %v, want the partner's Retry-After", key, left, err)
 	}
-	resp, err = sendGET(t, t.Context(), &http.Client{Transport: httplimit.NewTransport(second)}, p.URL)
+	resp, err = sendGET(t.Context(), t, &http.Client{Transport: httplimit.NewTransport(second)}, p.URL)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("second GET = %v, %v, want 200 after the block", resp, err)
 	}
@@ -195,7 +195,7 @@ func TestTransportKeyErrorSendsNothing(t *testing.T) {
 	lim := outboundLimiter(t, rdb, outboundPrefix(t), slidelimit.PerMinute(100))
 	boom := errors.New("boom")
 	tr := httplimit.NewTransport(lim, httplimit.WithRequestKey(func(*http.Request) (string, error) { return "", boom }))
-	if _, err := sendGET(t, t.Context(), &http.Client{Transport: tr}, p.URL); !errors.Is(err, boom) {
+	if _, err := sendGET(t.Context(), t, &http.Client{Transport: tr}, p.URL); !errors.Is(err, boom) {
 		t.Errorf("GET with a failing key = %v, want it wrapped", err)
 	}
 	if p.hits() != 0 {
