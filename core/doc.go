@@ -108,4 +108,18 @@
 // Headers maps a Result to the rate-limit header fields (RateLimit-Policy,
 // RateLimit, X-RateLimit-*, Retry-After) that every adapter of this project
 // sends: net/http (package httplimit), Gin, Fiber, Echo and gRPC.
+//
+// # Waiting for outbound limits
+//
+// Wait and WaitN block until the limits admit a request or the context
+// ends, for a fleet's workers that share a partner's quota: the waiters of
+// one identity in a process queue behind one goroutine that asks Redis and
+// sleeps on each denial's RetryAfter, with jitter, rather than polling. A
+// deadline the wait cannot meet is refused at once with an error wrapping
+// ErrWouldExceedDeadline. Block records a fleet-wide pause of an identity,
+// such as a partner's Retry-After, which every Wait in every process obeys;
+// httplimit.NewTransport and grpclimit's client interceptors wait and
+// block for you. There is no Reserve: booking a future slot in the exact
+// log would either hold its unit for more than a window or leave the slot
+// to another process; AllowN with Refund, and WaitN, are its exact forms.
 package slidelimit

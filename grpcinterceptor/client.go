@@ -2,10 +2,13 @@ package grpclimit
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	slidelimit "github.com/slidelimit/slidelimit/core"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -19,12 +22,74 @@ const (
 	DefaultMaxRetryDelay = 30 * time.Second
 )
 
-// ClientOption configures UnaryClientInterceptor.
+// ClientOption configures the client interceptors: UnaryClientInterceptor,
+// UnaryClientWaitInterceptor and StreamClientWaitInterceptor.
 type ClientOption func(*clientConfig)
 
 type clientConfig struct {
 	retries  int
 	maxDelay time.Duration
+	block    *slidelimit.Limiter // records servers' throttles; nil: none
+	key      ClientKeyFunc
+	cost     func(ctx context.Context, method string) int
+}
+
+// newClientConfig applies opts to the defaults.
+func newClientConfig(opts []ClientOption) *clientConfig {
+	c := &clientConfig{retries: DefaultRetries, maxDelay: DefaultMaxRetryDelay, key: ClientKeyByTarget}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(c)
+		}
+	}
+	return c
+}
+
+// ClientKeyFunc names the limit an outgoing call counts against: the
+// identity the client interceptors wait on and block.
+type ClientKeyFunc func(ctx context.Context, method string, cc *grpc.ClientConn) (string, error)
+
+// ClientKeyByTarget keys an outgoing call by the target its connection
+// dials, as "target:" and cc.Target(): every call to one server or service
+// shares one limit. It is the client interceptors' default key.
+func ClientKeyByTarget(_ context.Context, _ string, cc *grpc.ClientConn) (string, error) {
+	if cc == nil {
+		return "", errors.New("grpclimit: call has no connection to key by")
+	}
+	return "target:" + cc.Target(), nil
+}
+
+// ClientKeyByMethod keys an outgoing call by its full method name, as
+// "method:/pkg.Service/Method", for a partner whose quota is per method.
+func ClientKeyByMethod(_ context.Context, method string, _ *grpc.ClientConn) (string, error) {
+	return "method:" + method, nil
+}
+
+// WithClientKey sets the function that keys outgoing calls, for the wait
+// interceptors and for the blocks WithBlock records. The default is
+// ClientKeyByTarget.
+func WithClientKey(f ClientKeyFunc) ClientOption {
+	return func(c *clientConfig) {
+		if f != nil {
+			c.key = f
+		}
+	}
+}
+
+// WithClientCost sets the cost of an outgoing call for the wait
+// interceptors; a result below 1 counts as 1. The default costs every call 1.
+func WithClientCost(f func(ctx context.Context, method string) int) ClientOption {
+	return func(c *clientConfig) { c.cost = f }
+}
+
+// WithBlock makes UnaryClientInterceptor record a server's throttle in
+// lim: when a call fails with codes.ResourceExhausted and a RetryInfo, the
+// call's key (WithClientKey) is blocked for the retry delay
+// (slidelimit.Limiter.Block), so that every process waiting on lim with
+// the wait interceptors stops calling until then, not only this call. The
+// wait interceptors record throttles in their own limiter without it.
+func WithBlock(lim *slidelimit.Limiter) ClientOption {
+	return func(c *clientConfig) { c.block = lim }
 }
 
 // WithRetries sets how many times a call is retried after the first
@@ -47,21 +112,20 @@ func WithMaxRetryDelay(d time.Duration) ClientOption {
 // WithRetries times. It returns the failure at once when the delay is
 // longer than WithMaxRetryDelay or would outlast the call's deadline, and
 // returns the context's status when the context ends while it waits.
-// Failures without RetryInfo are never retried.
+// Failures without RetryInfo are never retried. With WithBlock, a
+// ResourceExhausted with RetryInfo also blocks the call's key fleet-wide.
 //
 // It is an alternative to a retry policy in the service config (which
 // honours the grpc-retry-pushback-ms trailer of the same denials); use one
 // or the other, or the retries multiply.
 func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
-	c := &clientConfig{retries: DefaultRetries, maxDelay: DefaultMaxRetryDelay}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(c)
-		}
-	}
+	c := newClientConfig(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, callOpts...)
+			if c.block != nil {
+				c.recordThrottle(ctx, c.block, method, cc, err)
+			}
 			if err == nil || attempt == c.retries {
 				return err
 			}
@@ -102,4 +166,117 @@ func RetryDelay(err error) (time.Duration, bool) {
 		}
 	}
 	return 0, false
+}
+
+// UnaryClientWaitInterceptor returns a client interceptor that limits
+// outgoing calls with lim: before sending a call it waits, within the
+// call's context, until lim admits it under the call's key (by default
+// the connection's target; see WithClientKey and WithClientCost), as
+// slidelimit.Limiter.WaitN does. When the server answers
+// codes.ResourceExhausted with a RetryInfo, it blocks the key for the
+// retry delay (slidelimit.Limiter.Block), so that every process sharing
+// lim stops calling until then.
+//
+// A call that cannot be admitted before its context ends is not sent: it
+// fails with the context's status, or at once with codes.DeadlineExceeded
+// when the deadline comes before the limit or a block could admit it. It
+// sets nothing on the outgoing call. Chain it inside
+// UnaryClientInterceptor, so that each retry waits its turn:
+//
+//	grpc.WithChainUnaryInterceptor(
+//		grpclimit.UnaryClientInterceptor(grpclimit.WithBlock(lim)),
+//		grpclimit.UnaryClientWaitInterceptor(lim),
+//	)
+//
+// Options other than WithClientKey and WithClientCost are ignored.
+func UnaryClientWaitInterceptor(lim *slidelimit.Limiter, opts ...ClientOption) grpc.UnaryClientInterceptor {
+	c := newClientConfig(opts)
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		if err := c.wait(ctx, lim, method, cc); err != nil {
+			return err
+		}
+		err := invoker(ctx, method, req, reply, cc, callOpts...)
+		c.recordThrottle(ctx, lim, method, cc, err)
+		return err
+	}
+}
+
+// StreamClientWaitInterceptor is UnaryClientWaitInterceptor for streams:
+// it waits for the limit before opening a stream, and blocks the key when
+// the stream fails with codes.ResourceExhausted and a RetryInfo, whether
+// opening it or receiving from it. Messages on an open stream are not
+// limited.
+func StreamClientWaitInterceptor(lim *slidelimit.Limiter, opts ...ClientOption) grpc.StreamClientInterceptor {
+	c := newClientConfig(opts)
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if err := c.wait(ctx, lim, method, cc); err != nil {
+			return nil, err
+		}
+		cs, err := streamer(ctx, desc, cc, method, callOpts...)
+		if err != nil {
+			c.recordThrottle(ctx, lim, method, cc, err)
+			return nil, err
+		}
+		return &throttleStream{ClientStream: cs, record: func(err error) { c.recordThrottle(ctx, lim, method, cc, err) }}, nil
+	}
+}
+
+// throttleStream records a throttle the server reports on a stream.
+type throttleStream struct {
+	grpc.ClientStream
+	record func(error)
+}
+
+// RecvMsg receives a message, and records a throttle that ends the stream.
+func (s *throttleStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil {
+		s.record(err)
+	}
+	return err
+}
+
+// wait waits until lim admits the call; the error is a gRPC status.
+func (c *clientConfig) wait(ctx context.Context, lim *slidelimit.Limiter, method string, cc *grpc.ClientConn) error {
+	if lim == nil {
+		return status.Error(codes.Internal, "grpclimit: client wait interceptor has no limiter")
+	}
+	key, err := c.key(ctx, method, cc)
+	if err != nil {
+		return status.Errorf(codes.Internal, "grpclimit: key of %s: %v", method, err)
+	}
+	n := 1
+	if c.cost != nil {
+		n = max(c.cost(ctx, method), 1)
+	}
+	res, err := lim.WaitN(ctx, key, n)
+	switch {
+	case err == nil || res.Allowed:
+		return nil // a Fallback admission: the FailurePolicy said send
+	case errors.Is(err, slidelimit.ErrWouldExceedDeadline):
+		return status.Errorf(codes.DeadlineExceeded, "grpclimit: %s: %v", key, err)
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, slidelimit.ErrInvalidCost), errors.Is(err, slidelimit.ErrInvalidKey):
+		return status.Errorf(codes.Internal, "grpclimit: %v", err)
+	}
+	return status.Errorf(codes.Unavailable, "grpclimit: %v", err)
+}
+
+// recordThrottle blocks the call's key in lim when err is a
+// ResourceExhausted status with a RetryInfo. A failure to record it is
+// dropped: the call's own error is what the caller needs.
+func (c *clientConfig) recordThrottle(ctx context.Context, lim *slidelimit.Limiter, method string, cc *grpc.ClientConn, err error) {
+	if status.Code(err) != codes.ResourceExhausted {
+		return
+	}
+	delay, ok := RetryDelay(err)
+	if !ok || delay <= 0 {
+		return
+	}
+	key, kerr := c.key(ctx, method, cc)
+	if kerr != nil {
+		return
+	}
+	_ = lim.Block(context.WithoutCancel(ctx), key, delay)
 }

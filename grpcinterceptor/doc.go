@@ -54,4 +54,13 @@
 // decides: fail-open (the default) lets calls through, fail-closed refuses
 // them with codes.Unavailable, never codes.ResourceExhausted. Errors go to
 // the ErrorHook (WithErrorHook).
+//
+// # Outgoing calls
+//
+// UnaryClientWaitInterceptor and StreamClientWaitInterceptor limit the
+// calls a client makes, by default per target (ClientKeyByTarget): they
+// wait within the call's context until the limiter admits the call, and
+// turn a server's ResourceExhausted with RetryInfo into a block of the key
+// that every process sharing the limiter obeys (slidelimit.Limiter.Block).
+// UnaryClientInterceptor does the same with WithBlock.
 package grpclimit

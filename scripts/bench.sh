@@ -39,3 +39,6 @@ for m in core/httplimit gin echo fiber; do
 done
 echo "(allocs/op of 'limited' minus 'bare' is what the limiter adds to the framework's own, Redis's round trip included;"
 echo " for echo, minus 'noop': Echo allocates any route middleware's handler on every request)"
+echo
+echo "== Wait: 32 waiters per CPU on one identity; EVALSHA sent and decisions per admission"
+(cd core && go test -run '^$' -bench '^BenchmarkWait$' -benchtime 3000x -count 1 .) | grep -E '^Benchmark'

@@ -48,4 +48,13 @@
 // default) passes the request on without rate-limit headers, fail-closed
 // answers 503 with Retry-After. Every error goes to the error hook, which
 // logs with log/slog unless WithErrorHook replaces it.
+//
+// # Outgoing requests
+//
+// NewTransport returns an http.RoundTripper that limits the requests an
+// http.Client sends, by default per target host (KeyByHost): it waits
+// within each request's context until the limiter admits it, and turns a
+// partner's 429 or 503 with Retry-After into a block of the key that every
+// process sharing the limiter obeys (slidelimit.Limiter.Block). It sets
+// nothing on the request.
 package httplimit

@@ -1,0 +1,241 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/httplimit"
+	"github.com/slidelimit/slidelimit/core/redistest"
+)
+
+// partner is a test server standing for a partner API: it records every
+// request that reaches it and answers with the status its answer func
+// picks.
+type partner struct {
+	*httptest.Server
+	mu      sync.Mutex
+	headers []http.Header
+	answer  func(n int, w http.ResponseWriter) // n counts requests from 1
+	onHit   func()
+}
+
+func newPartner(t *testing.T) *partner {
+	t.Helper()
+	p := &partner{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		p.headers = append(p.headers, r.Header.Clone())
+		n, answer, onHit := len(p.headers), p.answer, p.onHit
+		p.mu.Unlock()
+		if onHit != nil {
+			onHit()
+		}
+		if answer != nil {
+			answer(n, w)
+		}
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *partner) hits() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.headers)
+}
+
+// outboundLimiter returns a limiter on rdb under prefix.
+func outboundLimiter(t *testing.T, rdb redis.Scripter, prefix string, limit slidelimit.Limit) *slidelimit.Limiter {
+	t.Helper()
+	lim, err := slidelimit.New(rdb, limit, slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("slidelimit.New: %v", err)
+	}
+	return lim
+}
+
+// outboundPrefix is redistest.Prefix cut to a key prefix's 64 bytes.
+func outboundPrefix(t *testing.T) string {
+	p := redistest.Prefix(t)
+	if len(p) > 64 {
+		p = "t:" + p[len(p)-62:]
+	}
+	return p
+}
+
+func sendGET(ctx context.Context, t *testing.T, c *http.Client, url string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatalf("NewRequest: %v", err)
+	}
+	resp, err := c.Do(req)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	return resp, err
+}
+
+func TestTransportWaitsForTheLimitAndSetsNothing(t *testing.T) {
+	rdb := redistest.Client(t)
+	p := newPartner(t)
+	limit := slidelimit.Per(3, 400*time.Millisecond)
+	prefix := outboundPrefix(t)
+	lim := outboundLimiter(t, rdb, prefix, limit)
+	client := &http.Client{Transport: httplimit.NewTransport(lim)}
+	plain := &http.Client{Transport: http.DefaultTransport}
+
+	if _, err := sendGET(t.Context(), t, plain, p.URL); err != nil {
+		t.Fatalf("plain GET: %v", err)
+	}
+	for i := range 7 {
+		resp, err := sendGET(t.Context(), t, client, p.URL)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %d through the Transport = %v, %v, want 200", i, resp, err)
+		}
+	}
+	if got := p.hits(); got != 8 {
+		t.Fatalf("partner saw %d requests, want 8", got)
+	}
+	// Seven waited for their turn: the log never holds more than 3.
+	key, _ := slidelimit.Key(prefix, "host:"+strings.TrimPrefix(p.URL, "http://"), limit)
+	if n, err := rdb.ZCard(t.Context(), key).Result(); err != nil || n > 3 || n < 1 {
+		t.Errorf("ZCARD %s = %d, %v, want 1..3", key, n, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, h := range p.headers[1:] {
+		if len(h) != len(p.headers[0]) {
+			t.Errorf("request %d through the Transport carried %v, want the fields of a plain request %v", i, h, p.headers[0])
+		}
+		for name := range h {
+			if _, ok := p.headers[0][name]; !ok {
+				t.Errorf("request %d through the Transport carried %s, which a plain request does not", i, name)
+			}
+		}
+	}
+}
+
+func TestTransportBlocksEveryProcessOnRetryAfter(t *testing.T) {
+	rdb := redistest.Client(t)
+	p := newPartner(t)
+	prefix := outboundPrefix(t)
+	// Two limiters on one prefix stand for two processes.
+	first := outboundLimiter(t, rdb, prefix, slidelimit.PerMinute(100))
+	second := outboundLimiter(t, rdb, prefix, slidelimit.PerMinute(100))
+	key := "host:" + strings.TrimPrefix(p.URL, "http://")
+	var blockedAtArrival []time.Duration
+	p.answer = func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}
+	p.onHit = func() {
+		left, err := first.Blocked(context.Background(), key)
+		if err != nil {
+			t.Errorf("Blocked: %v", err)
+		}
+		p.mu.Lock()
+		blockedAtArrival = append(blockedAtArrival, left)
+		p.mu.Unlock()
+	}
+	resp, err := sendGET(t.Context(), t, &http.Client{Transport: httplimit.NewTransport(first)}, p.URL)
+	if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("first GET = %v, %v, want the partner's 429 passed through", resp, err)
+	}
+	if left, err := second.Blocked(t.Context(), key); err != nil || left <= 0 {
+		t.Fatalf("Blocked(%s) seen by another process = %v, %v, want the partner's Retry-After", key, left, err)
+	}
+	resp, err = sendGET(t.Context(), t, &http.Client{Transport: httplimit.NewTransport(second)}, p.URL)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("second GET = %v, %v, want 200 after the block", resp, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(blockedAtArrival) != 2 || blockedAtArrival[1] != 0 {
+		t.Errorf("block left when each request arrived = %v, want [_ 0]: the second arrived during the block", blockedAtArrival)
+	}
+}
+
+func TestTransportRefusesADeadlineInsideABlock(t *testing.T) {
+	rdb := redistest.Client(t)
+	p := newPartner(t)
+	lim := outboundLimiter(t, rdb, outboundPrefix(t), slidelimit.PerMinute(100))
+	key := "host:" + strings.TrimPrefix(p.URL, "http://")
+	if err := lim.Block(t.Context(), key, 5*time.Second); err != nil {
+		t.Fatalf("Block: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	body := &closeRecorder{Reader: strings.NewReader("payload")}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, body)
+	_, err := (&http.Client{Transport: httplimit.NewTransport(lim)}).Do(req)
+	if !errors.Is(err, slidelimit.ErrWouldExceedDeadline) || ctx.Err() != nil {
+		t.Errorf("POST with a 1 s deadline in a 5 s block = %v (context %v), want ErrWouldExceedDeadline at once", err, ctx.Err())
+	}
+	if p.hits() != 0 || !body.closed {
+		t.Errorf("partner saw %d requests, body closed %v; want 0 and true", p.hits(), body.closed)
+	}
+}
+
+func TestTransportKeyErrorSendsNothing(t *testing.T) {
+	rdb := redistest.Client(t)
+	p := newPartner(t)
+	lim := outboundLimiter(t, rdb, outboundPrefix(t), slidelimit.PerMinute(100))
+	boom := errors.New("boom")
+	tr := httplimit.NewTransport(lim, httplimit.WithRequestKey(func(*http.Request) (string, error) { return "", boom }))
+	if _, err := sendGET(t.Context(), t, &http.Client{Transport: tr}, p.URL); !errors.Is(err, boom) {
+		t.Errorf("GET with a failing key = %v, want it wrapped", err)
+	}
+	if p.hits() != 0 {
+		t.Errorf("partner saw %d requests, want 0", p.hits())
+	}
+	if _, err := httplimit.NewTransport(nil).RoundTrip(httptest.NewRequest(http.MethodGet, p.URL, nil)); err == nil {
+		t.Error("RoundTrip without a limiter = nil error, want one")
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		value string
+		want  time.Duration
+		ok    bool
+	}{
+		{"5", 5 * time.Second, true},
+		{" 0 ", 0, true},
+		{"", 0, false},
+		{"-1", 0, false},
+		{"soon", 0, false},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0, true},
+		{"99999999999", slidelimit.MaxBlock, true},
+	}
+	for _, tt := range tests {
+		got, ok := httplimit.RetryAfter(tt.value, now)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("RetryAfter(%q) = %v, %v, want %v, %v", tt.value, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+type closeRecorder struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeRecorder) Close() error {
+	c.closed = true
+	return nil
+}

@@ -1,0 +1,123 @@
+package grpclimit_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
+	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// TestUnaryClientWaitInterceptor waits for the client's limit instead of
+// failing, and refuses at once a deadline the limit cannot meet.
+func TestUnaryClientWaitInterceptor(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	limit := slidelimit.Per(2, 300*time.Millisecond)
+	lim := newLimiter(t, rdb, limit)
+	srv := startServer(t, nil, nil)
+	conn := dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(lim, grpclimit.WithClientKey(grpclimit.ClientKeyByMethod))))
+	for i := range 5 {
+		if r := say(t.Context(), conn, "hi"); r.err != nil {
+			t.Fatalf("Say %d = %v, want OK after waiting", i+1, r.err)
+		}
+	}
+	if got := srv.attempts.Load(); got != 5 {
+		t.Errorf("server saw %d calls, want 5", got)
+	}
+	// With a full limit of one per 10 s, a call that may wait 100 ms is
+	// refused at once.
+	full := newLimiter(t, rdb, slidelimit.Per(1, 10*time.Second))
+	conn = dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(full)))
+	if r := say(t.Context(), conn, "first"); r.err != nil {
+		t.Fatalf("Say(first) = %v, want OK", r.err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if r := say(ctx, conn, "hurry"); r.code() != codes.DeadlineExceeded || ctx.Err() != nil {
+		t.Errorf("Say(100 ms deadline, limit full) = %v (context %v), want DeadlineExceeded at once", r.err, ctx.Err())
+	}
+	if got := srv.attempts.Load(); got != 6 {
+		t.Errorf("server saw %d calls, want 6: the refused call is never sent", got)
+	}
+}
+
+// TestClientInterceptorsBlockOnResourceExhausted turn a server's
+// ResourceExhausted with RetryInfo into a fleet-wide block of the key.
+func TestClientInterceptorsBlockOnResourceExhausted(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	serverLim := newLimiter(t, rdb, slidelimit.Per(1, 10*time.Second))
+	srv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(serverLim)},
+		[]grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(serverLim)})
+	key := "target:" + srv.addr
+
+	tests := []struct {
+		name string
+		dial func(lim *slidelimit.Limiter) grpc.DialOption
+		call func(ctx context.Context, conn *grpc.ClientConn) error
+	}{
+		{"unary wait", func(lim *slidelimit.Limiter) grpc.DialOption {
+			return grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(lim))
+		}, func(ctx context.Context, conn *grpc.ClientConn) error { return say(ctx, conn, "hi").err }},
+		{"unary retry with WithBlock", func(lim *slidelimit.Limiter) grpc.DialOption {
+			return grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(grpclimit.WithBlock(lim), grpclimit.WithRetries(0)))
+		}, func(ctx context.Context, conn *grpc.ClientConn) error { return say(ctx, conn, "hi").err }},
+		{"stream wait", func(lim *slidelimit.Limiter) grpc.DialOption {
+			return grpc.WithStreamInterceptor(grpclimit.StreamClientWaitInterceptor(lim))
+		}, func(ctx context.Context, conn *grpc.ClientConn) error {
+			cs, err := conn.NewStream(ctx, chatDesc, methodChat)
+			if err != nil {
+				return err
+			}
+			_ = cs.SendMsg(wrapperspb.String("hi"))
+			return cs.RecvMsg(new(wrapperspb.StringValue))
+		}},
+	}
+	// The server's quota of one is used up first, so every call below is
+	// answered ResourceExhausted with a RetryInfo of about 10 s.
+	if r := say(t.Context(), dial(t, srv.addr), "use the quota"); r.err != nil {
+		t.Fatalf("Say = %v, want OK", r.err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := newLimiter(t, rdb, slidelimit.PerMinute(100))
+			conn := dial(t, srv.addr, tc.dial(lim))
+			if err := tc.call(t.Context(), conn); status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("call = %v, want the server's ResourceExhausted", err)
+			}
+			left, err := lim.Blocked(t.Context(), key)
+			if err != nil || left < 5*time.Second {
+				t.Fatalf("Blocked(%s) = %v, %v, want the server's retry delay", key, left, err)
+			}
+			// Another process waiting on the same limit is refused at once
+			// by a deadline inside the block, without calling the server.
+			before := srv.attempts.Load()
+			other := dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(lim)))
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			if r := say(ctx, other, "blocked"); r.code() != codes.DeadlineExceeded || !strings.Contains(r.err.Error(), "deadline") {
+				t.Errorf("Say during the block = %v, want DeadlineExceeded", r.err)
+			}
+			if got := srv.attempts.Load(); got != before {
+				t.Errorf("server saw %d calls during the block, want 0", got-before)
+			}
+		})
+	}
+}
+
+func TestClientKeys(t *testing.T) {
+	if _, err := grpclimit.ClientKeyByTarget(t.Context(), "/m", nil); err == nil {
+		t.Error("ClientKeyByTarget(nil connection) = nil error, want one")
+	}
+	if got, err := grpclimit.ClientKeyByMethod(t.Context(), "/pkg.S/M", nil); err != nil || got != "method:/pkg.S/M" {
+		t.Errorf("ClientKeyByMethod = %q, %v, want method:/pkg.S/M", got, err)
+	}
+}
