@@ -114,9 +114,9 @@ func ExampleKey() {
 		fmt.Println(key)
 	}
 	// Output:
-	// slidelimit:{user:42}:100/1m
-	// slidelimit:{a%7Db%7Bc}:100/1m
-	// slidelimit:{%00%0A}:100/1m
+	// slidelimit:{user:42}
+	// slidelimit:{a%7Db%7Bc}
+	// slidelimit:{%00%0A}
 }
 
 func ExampleIPIdentity() {

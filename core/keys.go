@@ -13,25 +13,39 @@ const maxIdentityLen = 128
 // DefaultPrefix is the key prefix used unless WithPrefix sets another.
 const DefaultPrefix = "slidelimit:"
 
-// Key returns the Redis key that holds identity's requests under limit,
-// for a limiter with the given key prefix: prefix + "{" + identity + "}:" +
-// limit.String(). It is exported for operators who inspect Redis; the
-// limiter builds its keys with it.
+// Key returns the Redis key that holds identity's log, for a limiter with the
+// given key prefix: prefix + "{" + identity + "}". Every limit counts the
+// same log, so the key does not depend on limit; the argument says which
+// limit's count the caller means to read. It is exported for operators who
+// inspect Redis; the limiter builds its keys with it.
+//
+// The log is a sorted set with one member per admitted unit, scored with its
+// admission time in µs. Beside it, under the key + ":#keep", a short string
+// records the longest window enforced on the identity lately, so that a
+// caller with a shorter window does not evict history a longer one counts.
 //
 // The identity is made safe before it enters the key. Bytes outside printable
 // ASCII and the bytes '%', '{', '}' and '#' are percent-encoded, so that
 // distinct identities never share a key and no identity can pick the hash
 // slot of another; an encoded identity longer than 128 bytes is replaced by
 // '#' and its SHA-256 digest in unpadded base64url. The braces make the
-// identity the key's hash tag: every limit of one identity lives on one
-// Redis Cluster shard. An empty identity is an error wrapping ErrInvalidKey.
+// identity the key's hash tag: the keys of one identity live on one Redis
+// Cluster shard. An empty identity is an error wrapping ErrInvalidKey.
 func Key(prefix, identity string, limit Limit) (string, error) {
 	tag, err := hashTag(identity)
 	if err != nil {
 		return "", err
 	}
-	return prefix + "{" + tag + "}:" + limit.String(), nil
+	return logKey(prefix, tag), nil
 }
+
+// logKey returns the log's key for the identity of hash tag tag.
+func logKey(prefix, tag string) string {
+	return prefix + "{" + tag + "}"
+}
+
+// recordSuffix follows the log's key in the key of its retention record.
+const recordSuffix = ":#keep"
 
 // hashTag encodes identity for use between the braces of a key.
 func hashTag(identity string) (string, error) {

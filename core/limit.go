@@ -33,9 +33,10 @@ type Limit struct {
 	// counted in whole microseconds.
 	Window time.Duration
 	// Name is an optional policy name: letters, digits, '_', '-' and '.',
-	// at most 64 bytes. It names the limit in the RateLimit headers, and it
-	// replaces the quota and window in the Redis key, so that a named limit
-	// keeps its counts when its quota changes. Empty means String().
+	// at most 64 bytes. It names the limit in the RateLimit headers and in
+	// Results. It takes no part in counting: every limit counts the same
+	// log of the identity (see Limiter), so a limit keeps its count when its
+	// quota, window or name changes. Empty means String().
 	Name string
 }
 
@@ -109,4 +110,34 @@ func shortDuration(d time.Duration) string {
 // windowSeconds is the window in whole seconds, rounded up, for headers.
 func (l Limit) windowSeconds() int64 {
 	return ceilSeconds(l.Window)
+}
+
+// limitSet is a validated list of limits, as the allow script reads them.
+type limitSet struct {
+	limits   []Limit
+	args     []any // per limit: quota, window in µs
+	minQuota int   // the largest cost every limit can admit
+}
+
+// newLimitSet validates limits: each must be valid, and their names
+// (String) distinct, since the RateLimit headers tell them apart by name.
+// Errors wrap ErrInvalidLimit.
+func newLimitSet(limits []Limit) (limitSet, error) {
+	s := limitSet{limits: limits, args: make([]any, 0, 2*len(limits)), minQuota: MaxQuota}
+	if len(limits) == 0 {
+		return s, fmt.Errorf("%w: no limit", ErrInvalidLimit)
+	}
+	for i, lim := range limits {
+		if err := lim.Validate(); err != nil {
+			return s, err
+		}
+		for _, prev := range limits[:i] {
+			if prev.String() == lim.String() {
+				return s, fmt.Errorf("%w: two limits are both %q", ErrInvalidLimit, lim.String())
+			}
+		}
+		s.args = append(s.args, lim.Quota, lim.Window.Microseconds())
+		s.minQuota = min(s.minQuota, lim.Quota)
+	}
+	return s, nil
 }

@@ -12,14 +12,29 @@ import (
 
 // Limiter enforces one or more limits per identity, shared by every process
 // that uses the same Redis and key prefix. It is safe for concurrent use.
+//
+// Each identity has one log in Redis: the requests admitted, one entry per
+// unit, whatever limits admitted them. A limit is a way of counting that
+// log: Quota units in any Window. So a request under several limits is
+// recorded once, and a limit whose quota or window changes, between
+// deployments or between calls (AllowLimits), counts what was admitted
+// already. Two limiters, in one process or in two services, share an
+// identity's count exactly when they share the Redis, the key prefix
+// (WithPrefix) and the identity; their limits need not be the same, and
+// each counts every request the other admitted. Limiters that must count
+// apart (a login limit beside an API limit, say) take different prefixes
+// or identities.
 type Limiter struct {
-	client    redis.Scripter
-	bounded   bool // the client itself gives up at a context's deadline
-	cfg       config
-	suffixes  []string // per limit: "}:" + Limit.String()
-	quotaArg  []any    // per limit: quota, window in µs, as the script reads them
-	quotaTail []byte   // quotaArg, encoded for the limiter's own connections
-	minQuota  int
+	client  redis.Scripter
+	bounded bool // the client itself gives up at a context's deadline
+	cfg     config
+	own     limitSet // the limits of New and WithLimits
+	// The limiter's own connections send one key per quota and window
+	// pair: suffixes are the log's "}", the record's "}:#keep" and the log's
+	// again, as many as the pairs, and quotaTail the pairs, padded with
+	// quota 0 to at least two.
+	suffixes  []string
+	quotaTail []byte
 	deny      *denyCache   // nil when WithDenyCache(0)
 	wire      *wire        // the limiter's own connections; nil to send through go-redis
 	disp      *dispatcher  // nil for a client that cannot pipeline
@@ -57,22 +72,22 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	l := &Limiter{client: client, cfg: cfg, minQuota: MaxQuota, bounded: honoursDeadlines(client), deny: newDenyCache(cfg.deny)}
-	seen := make(map[string]bool, len(cfg.limits))
-	for _, lim := range cfg.limits {
-		if err := lim.Validate(); err != nil {
-			return nil, err
+	own, err := newLimitSet(cfg.limits)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{client: client, cfg: cfg, own: own, bounded: honoursDeadlines(client), deny: newDenyCache(cfg.deny)}
+	for i := range max(len(own.limits), 2) {
+		suffix, quota, window := "}", int64(0), int64(0)
+		if i == 1 {
+			suffix = "}" + recordSuffix
 		}
-		name := lim.String()
-		if seen[name] {
-			return nil, fmt.Errorf("%w: two limits are both %q", ErrInvalidLimit, name)
+		if i < len(own.limits) {
+			quota, window = int64(own.limits[i].Quota), own.limits[i].Window.Microseconds()
 		}
-		seen[name] = true
-		l.suffixes = append(l.suffixes, "}:"+name)
-		l.quotaArg = append(l.quotaArg, lim.Quota, lim.Window.Microseconds())
-		l.quotaTail = appendBulkInt(l.quotaTail, int64(lim.Quota))
-		l.quotaTail = appendBulkInt(l.quotaTail, lim.Window.Microseconds())
-		l.minQuota = min(l.minQuota, lim.Quota)
+		l.suffixes = append(l.suffixes, suffix)
+		l.quotaTail = appendBulkInt(l.quotaTail, quota)
+		l.quotaTail = appendBulkInt(l.quotaTail, window)
 	}
 	l.brk = newBreaker(cfg.failures, cfg.cooldown)
 	if l.wire = wireFor(client); l.wire == nil {
@@ -111,24 +126,71 @@ func (l *Limiter) Allow(ctx context.Context, identity string) (Result, error) {
 // reply is counted once; to retry a call yourself, give the attempts one id
 // with ContextWithRequestID.
 func (l *Limiter) AllowN(ctx context.Context, identity string, n int) (Result, error) {
-	if n < 1 || n > l.minQuota {
-		err := fmt.Errorf("%w: cost %d is outside 1..%d", ErrInvalidCost, n, l.minQuota)
-		return l.observe(ctx, identity, n, time.Now(), Result{Limit: l.cfg.limits[0]}, err)
+	return l.allow(ctx, identity, n, &l.own)
+}
+
+// AllowLimits is AllowN under limits instead of l's own: it records a
+// request of cost n by identity if every one of limits has n units left in
+// its window. With no limits it is AllowN.
+//
+// The limits count identity's one log (see Limiter), so callers of one
+// identity may each pass limits of their own, such as the quota of a
+// tenant's plan read from a token or a database, and each limit counts
+// every request admitted under any other. Changing a tenant's plan changes
+// its limits at once and keeps its count: a tenant that used 900 of 1,000
+// and moves to 100 is denied until 801 units have left the window.
+//
+// Invalid limits return an error wrapping ErrInvalidLimit, like New, with a
+// Result that is not Allowed; n is checked against the smallest quota among
+// limits. A Result of AllowLimits lists its Statuses in the order of limits,
+// and Refund takes it back like any other. The deny cache (WithDenyCache)
+// answers only calls under l's own limits. Under FailLocal, a call that
+// Redis cannot decide is counted against l's own limits in the process.
+func (l *Limiter) AllowLimits(ctx context.Context, identity string, n int, limits ...Limit) (Result, error) {
+	if len(limits) == 0 {
+		return l.allow(ctx, identity, n, &l.own)
 	}
-	return l.decide(ctx, identity, n, requestID(ctx))
+	set, err := newLimitSet(limits)
+	if err != nil {
+		return l.observe(ctx, identity, n, time.Now(), Result{Limit: limits[0]}, err)
+	}
+	return l.allow(ctx, identity, n, &set)
+}
+
+// allow checks the cost n against set and runs the admission script.
+func (l *Limiter) allow(ctx context.Context, identity string, n int, set *limitSet) (Result, error) {
+	if n < 1 || n > set.minQuota {
+		err := fmt.Errorf("%w: cost %d is outside 1..%d", ErrInvalidCost, n, set.minQuota)
+		return l.observe(ctx, identity, n, time.Now(), Result{Limit: set.limits[0]}, err)
+	}
+	return l.decide(ctx, identity, n, requestID(ctx), set)
 }
 
 // Peek reports whether identity could make a request of cost 1 now, and the
 // state of each limit, without recording anything.
 func (l *Limiter) Peek(ctx context.Context, identity string) (Result, error) {
-	return l.decide(ctx, identity, 1, "")
+	return l.decide(ctx, identity, 1, "", &l.own)
 }
 
-// decide runs the admission script; an empty id peeks.
-func (l *Limiter) decide(ctx context.Context, identity string, n int, id string) (Result, error) {
+// PeekLimits is Peek under limits instead of l's own (see AllowLimits).
+// With no limits it is Peek.
+func (l *Limiter) PeekLimits(ctx context.Context, identity string, limits ...Limit) (Result, error) {
+	if len(limits) == 0 {
+		return l.Peek(ctx, identity)
+	}
+	set, err := newLimitSet(limits)
+	if err != nil {
+		return l.observe(ctx, identity, 1, time.Now(), Result{Limit: limits[0]}, err)
+	}
+	return l.decide(ctx, identity, 1, "", &set)
+}
+
+// decide runs the admission script under set; an empty id peeks.
+func (l *Limiter) decide(ctx context.Context, identity string, n int, id string, set *limitSet) (Result, error) {
 	start := time.Now()
+	own := set == &l.own
 	var asked time.Time // the deny cache's clock before asking Redis
-	if l.deny != nil {
+	if l.deny != nil && own {
 		asked = l.clockNow(start)
 		// An id from ContextWithRequestID may have been admitted before,
 		// which only Redis knows.
@@ -140,10 +202,10 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 	}
 	tag, err := hashTag(identity)
 	if err != nil {
-		return l.observe(ctx, identity, n, start, Result{Limit: l.cfg.limits[0]}, err)
+		return l.observe(ctx, identity, n, start, Result{Limit: set.limits[0]}, err)
 	}
 	var reply []int64
-	if l.wire != nil {
+	if l.wire != nil && own {
 		var c *wcall
 		c, err = l.evalWire(ctx, tag, n, id, l.now())
 		if c != nil {
@@ -151,36 +213,36 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 			reply = c.reply
 		}
 	} else {
-		args := make([]any, 0, 3+len(l.quotaArg))
+		args := make([]any, 0, 3+len(set.args))
 		args = append(args, n, id, l.now())
-		args = append(args, l.quotaArg...)
+		args = append(args, set.args...)
 		reply, err = l.eval(ctx, l.keysFor(tag), args)
 	}
 	if err != nil {
 		res, err := l.fallback(identity, n, id, fmt.Errorf("allow script: %w", err))
 		return l.observe(ctx, identity, n, start, res, err)
 	}
-	res, err := l.result(reply)
+	res, err := result(reply, set.limits)
 	switch {
 	case err != nil:
 		res, err = l.fallback(identity, n, id, err)
 	case res.Allowed && id != "":
 		res.d.admitted = admission{from: l, identity: identity, id: id, cost: n}
-	case !res.Allowed && l.deny != nil:
+	case !res.Allowed && l.deny != nil && own:
 		l.deny.store(identity, n, asked, res)
 	}
 	return l.observe(ctx, identity, n, start, res, err)
 }
 
-// result turns the script's reply into a Result.
-func (l *Limiter) result(reply []int64) (Result, error) {
-	if len(reply) != 2+3*len(l.cfg.limits) {
+// result turns the script's reply to a decision under limits into a Result.
+func result(reply []int64, limits []Limit) (Result, error) {
+	if len(reply) != 2+3*len(limits) {
 		return Result{}, fmt.Errorf("allow script: unexpected reply %v", reply)
 	}
 	res := Result{Allowed: reply[0] == 1}
-	res.d, res.Statuses = newDecision(len(l.cfg.limits))
+	res.d, res.Statuses = newDecision(len(limits))
 	decider := 0
-	for i, lim := range l.cfg.limits {
+	for i, lim := range limits {
 		v := reply[2+3*i:]
 		s := Status{
 			Limit:      lim,
@@ -199,13 +261,14 @@ func (l *Limiter) result(reply []int64) (Result, error) {
 	return res, nil
 }
 
-// Refund removes an admitted request's units from every limit, as if it had
-// never been made, so that, for example, requests that fail need not count.
-// It removes exactly the members the request recorded: refunding twice, or
-// refunding a Result that was not admitted or was a Fallback, does nothing.
-// The Result knows the limiter that recorded it, and so its keys: it is
-// refunded where it was recorded even if l is another limiter on the same
-// client. Errors wrap ErrUnavailable.
+// Refund removes an admitted request's units from the identity's log, and
+// so from every limit's count, as if it had never been made, so that, for
+// example, requests that fail need not count. It removes exactly the
+// members the request recorded: refunding twice, or refunding a Result
+// that was not admitted or was a Fallback, does nothing. The Result knows
+// the limiter that recorded it, and so its key: it is refunded where it was
+// recorded even if l is another limiter on the same client. Errors wrap
+// ErrUnavailable.
 func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	if r.d == nil || r.d.admitted.from == nil {
 		return nil
@@ -215,6 +278,7 @@ func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	if err != nil {
 		return err // not reached: the identity made these keys before
 	}
+	keys = keys[:1] // the log
 	if l.deny != nil {
 		l.deny.forget(a.identity)
 	}
@@ -227,8 +291,9 @@ func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	return nil
 }
 
-// Reset forgets every request identity made under l's limits. Errors wrap
-// ErrUnavailable or ErrInvalidKey.
+// Reset forgets every request identity made, under any limits: it deletes
+// the identity's log and its retention record. Errors wrap ErrUnavailable
+// or ErrInvalidKey.
 func (l *Limiter) Reset(ctx context.Context, identity string) error {
 	keys, err := l.keys(identity)
 	if err != nil {
@@ -246,7 +311,7 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 	return nil
 }
 
-// keys returns identity's key for each limit.
+// keys returns identity's keys: its log and its retention record.
 func (l *Limiter) keys(identity string) ([]string, error) {
 	tag, err := hashTag(identity)
 	if err != nil {
@@ -255,13 +320,11 @@ func (l *Limiter) keys(identity string) ([]string, error) {
 	return l.keysFor(tag), nil
 }
 
-// keysFor returns the key for each limit of the identity of hash tag tag.
+// keysFor returns the keys of the identity of hash tag tag: its log and
+// its retention record.
 func (l *Limiter) keysFor(tag string) []string {
-	keys := make([]string, len(l.suffixes))
-	for i, s := range l.suffixes {
-		keys[i] = l.cfg.prefix + "{" + tag + s
-	}
-	return keys
+	log := logKey(l.cfg.prefix, tag)
+	return []string{log, log + recordSuffix}
 }
 
 // clockNow returns the deny cache's time: WithClock's clock, else wall, the
