@@ -162,6 +162,9 @@ func run() error {
 		return err
 	}
 	b.describe(ctx)
+	if os.Getenv("BENCH_LONG_ONLY") != "" {
+		return b.longWindows(ctx)
+	}
 
 	contenders := []contender{
 		{"slidelimit", []string{"allowed", "denied"}, setupSlidelimit(true)},
@@ -207,6 +210,9 @@ func run() error {
 		return err
 	}
 	if err := b.listpack(ctx); err != nil {
+		return err
+	}
+	if err := b.longWindows(ctx); err != nil {
 		return err
 	}
 	fmt.Printf("\nwhole run: %v\n", time.Since(start).Round(time.Second))

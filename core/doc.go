@@ -47,6 +47,16 @@
 // one tenant's plan share its count exactly when they use the same Redis,
 // key prefix and identity.
 //
+// # Long windows
+//
+// An exact log costs memory and Redis time in proportion to the quota. A
+// Limit above MaxExactQuota, or one given a Step (Limit.Stepped), is counted
+// in steps instead: one count per step in a ring of fixed size, so a
+// 100,000-per-day identity at one-minute steps holds about 9 KB and a
+// request of any cost costs Redis the same. It never admits more than the
+// quota in any window, may deny for at most one step longer than the exact
+// log, and reports RetryAfter exact to the step.
+//
 // # Identities and client IPs
 //
 // Every adapter of this project builds identities with the constructors of

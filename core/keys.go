@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"time"
 )
 
 // maxIdentityLen is the longest encoded identity kept readable in a key;
@@ -13,16 +14,23 @@ const maxIdentityLen = 128
 // DefaultPrefix is the key prefix used unless WithPrefix sets another.
 const DefaultPrefix = "slidelimit:"
 
-// Key returns the Redis key that holds identity's log, for a limiter with the
-// given key prefix: prefix + "{" + identity + "}". Every limit counts the
-// same log, so the key does not depend on limit; the argument says which
-// limit's count the caller means to read. It is exported for operators who
+// Key returns the Redis key in which limit counts identity's requests, for a
+// limiter with the given key prefix. It is exported for operators who
 // inspect Redis; the limiter builds its keys with it.
 //
-// The log is a sorted set with one member per admitted unit, scored with its
-// admission time in µs. Beside it, under the key + ":#keep", a short string
-// records the longest window enforced on the identity lately, so that a
-// caller with a shorter window does not evict history a longer one counts.
+// An exact limit (see Limit.Resolution) counts the identity's log,
+// prefix + "{" + identity + "}": a sorted set with one member per admitted
+// unit, scored with its admission time in µs, which every exact limit
+// counts whatever its quota or window. Beside it, under the key + ":#keep",
+// a short string records the longest window enforced on the identity
+// lately, so that a caller with a shorter window does not evict history a
+// longer one counts.
+//
+// A stepped limit counts the stepped log of its step, the log's key + ":#"
+// + the step (":#1m0s" for a minute): a hash of one count per step, with
+// "t" their total, "o" the oldest step kept, "n" the newest and "k" and "u"
+// the retention record. Its key + ":ids" holds the ids of the identity's
+// last 128 admissions at that step, so that a retried call counts once.
 //
 // The identity is made safe before it enters the key. Bytes outside printable
 // ASCII and the bytes '%', '{', '}' and '#' are percent-encoded, so that
@@ -36,7 +44,11 @@ func Key(prefix, identity string, limit Limit) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return logKey(prefix, tag), nil
+	key := logKey(prefix, tag)
+	if step := limit.Resolution().Microseconds(); step > 0 {
+		key += stepSuffix(step)
+	}
+	return key, nil
 }
 
 // logKey returns the log's key for the identity of hash tag tag.
@@ -46,6 +58,15 @@ func logKey(prefix, tag string) string {
 
 // recordSuffix follows the log's key in the key of its retention record.
 const recordSuffix = ":#keep"
+
+// idsSuffix follows a stepped log's key in the key of its request ids.
+const idsSuffix = ":ids"
+
+// stepSuffix returns what follows the log's key in the key of its stepped
+// log at step µs: ":#" and the step, such as ":#1m0s" for a minute.
+func stepSuffix(step int64) string {
+	return ":#" + (time.Duration(step) * time.Microsecond).String()
+}
 
 // hashTag encodes identity for use between the braces of a key.
 func hashTag(identity string) (string, error) {

@@ -29,10 +29,10 @@ type Limiter struct {
 	bounded bool // the client itself gives up at a context's deadline
 	cfg     config
 	own     limitSet // the limits of New and WithLimits
-	// The limiter's own connections send one key per quota and window
-	// pair: suffixes are the log's "}", the record's "}:#keep" and the log's
-	// again, as many as the pairs, and quotaTail the pairs, padded with
-	// quota 0 to at least two.
+	// The limiter's own connections send as many keys as quota and window
+	// pairs: suffixes are the keys' ends after the identity's tag (see
+	// keysFor), padded with the log's, and quotaTail the pairs, padded
+	// with pairs of quota 0.
 	suffixes  []string
 	quotaTail []byte
 	deny      *denyCache   // nil when WithDenyCache(0)
@@ -77,17 +77,22 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{client: client, cfg: cfg, own: own, bounded: honoursDeadlines(client), deny: newDenyCache(cfg.deny)}
-	for i := range max(len(own.limits), 2) {
-		suffix, quota, window := "}", int64(0), int64(0)
-		if i == 1 {
-			suffix = "}" + recordSuffix
+	l.suffixes = own.suffixes()
+	for i := range max(len(own.limits), len(l.suffixes)) {
+		if i >= len(l.suffixes) {
+			l.suffixes = append(l.suffixes, "}")
 		}
-		if i < len(own.limits) {
-			quota, window = int64(own.limits[i].Quota), own.limits[i].Window.Microseconds()
+		if i >= len(own.limits) {
+			l.quotaTail = appendBulkInt(appendBulkInt(l.quotaTail, 0), 0)
+			continue
 		}
-		l.suffixes = append(l.suffixes, suffix)
-		l.quotaTail = appendBulkInt(l.quotaTail, quota)
-		l.quotaTail = appendBulkInt(l.quotaTail, window)
+		l.quotaTail = appendBulkInt(l.quotaTail, int64(own.limits[i].Quota))
+		switch w := own.args[2*i+1].(type) {
+		case int64:
+			l.quotaTail = appendBulkInt(l.quotaTail, w)
+		case string:
+			l.quotaTail = appendBulk(l.quotaTail, w)
+		}
 	}
 	l.brk = newBreaker(cfg.failures, cfg.cooldown)
 	if l.wire = wireFor(client); l.wire == nil {
@@ -216,7 +221,7 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string,
 		args := make([]any, 0, 3+len(set.args))
 		args = append(args, n, id, l.now())
 		args = append(args, set.args...)
-		reply, err = l.eval(ctx, l.keysFor(tag), args)
+		reply, err = l.eval(ctx, l.keysFor(tag, set), args)
 	}
 	if err != nil {
 		res, err := l.fallback(identity, n, id, fmt.Errorf("allow script: %w", err))
@@ -227,7 +232,7 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string,
 	case err != nil:
 		res, err = l.fallback(identity, n, id, err)
 	case res.Allowed && id != "":
-		res.d.admitted = admission{from: l, identity: identity, id: id, cost: n}
+		res.d.admitted = admission{from: l, identity: identity, id: id, cost: n, set: set}
 	case !res.Allowed && l.deny != nil && own:
 		l.deny.store(identity, n, asked, res)
 	}
@@ -265,7 +270,9 @@ func result(reply []int64, limits []Limit) (Result, error) {
 // so from every limit's count, as if it had never been made, so that, for
 // example, requests that fail need not count. It removes exactly the
 // members the request recorded: refunding twice, or refunding a Result
-// that was not admitted or was a Fallback, does nothing. The Result knows
+// that was not admitted or was a Fallback, does nothing. A stepped limit
+// (see Limit.Step) finds the request among the identity's last 128
+// admissions at its step; an older one is not refunded there. The Result knows
 // the limiter that recorded it, and so its key: it is refunded where it was
 // recorded even if l is another limiter on the same client. Errors wrap
 // ErrUnavailable.
@@ -274,16 +281,20 @@ func (l *Limiter) Refund(ctx context.Context, r Result) error {
 		return nil
 	}
 	a := r.d.admitted
-	keys, err := a.from.keys(a.identity)
+	keys, err := a.from.keys(a.identity, a.set)
 	if err != nil {
 		return err // not reached: the identity made these keys before
 	}
-	keys = keys[:1] // the log
+	args := make([]any, 0, 2+len(a.set.steps))
+	args = append(args, a.id, a.cost)
+	for _, step := range a.set.steps {
+		args = append(args, step)
+	}
 	if l.deny != nil {
 		l.deny.forget(a.identity)
 	}
 	err = l.run(ctx, func(ctx context.Context) error {
-		return refundScript.Run(ctx, l.client, keys, a.id, a.cost).Err()
+		return refundScript.Run(ctx, l.client, keys, args...).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("%w: refund script: %w", ErrUnavailable, err)
@@ -291,11 +302,12 @@ func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	return nil
 }
 
-// Reset forgets every request identity made, under any limits: it deletes
-// the identity's log and its retention record. Errors wrap ErrUnavailable
-// or ErrInvalidKey.
+// Reset forgets every request identity made: it deletes the identity's log
+// and its retention record, and the stepped logs of the steps of l's own
+// limits (a stepped log of another step, used by AllowLimits, is left to
+// expire). Errors wrap ErrUnavailable or ErrInvalidKey.
 func (l *Limiter) Reset(ctx context.Context, identity string) error {
-	keys, err := l.keys(identity)
+	keys, err := l.keys(identity, &l.own)
 	if err != nil {
 		return err
 	}
@@ -311,20 +323,27 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 	return nil
 }
 
-// keys returns identity's keys: its log and its retention record.
-func (l *Limiter) keys(identity string) ([]string, error) {
+// keys returns identity's keys under set (see keysFor).
+func (l *Limiter) keys(identity string, set *limitSet) ([]string, error) {
 	tag, err := hashTag(identity)
 	if err != nil {
 		return nil, err
 	}
-	return l.keysFor(tag), nil
+	return l.keysFor(tag, set), nil
 }
 
-// keysFor returns the keys of the identity of hash tag tag: its log and
-// its retention record.
-func (l *Limiter) keysFor(tag string) []string {
+// keysFor returns the keys of the identity of hash tag tag that set uses:
+// its log, its retention record, and for each step of set the stepped log
+// of that step and its request ids.
+func (l *Limiter) keysFor(tag string, set *limitSet) []string {
 	log := logKey(l.cfg.prefix, tag)
-	return []string{log, log + recordSuffix}
+	keys := make([]string, 0, 2+2*len(set.steps))
+	keys = append(keys, log, log+recordSuffix)
+	for _, step := range set.steps {
+		s := stepSuffix(step)
+		keys = append(keys, log+s, log+s+idsSuffix)
+	}
+	return keys
 }
 
 // clockNow returns the deny cache's time: WithClock's clock, else wall, the
@@ -432,6 +451,9 @@ type requestIDKey struct{}
 // one logical request. The attempts must also carry the same identity and
 // cost. Without it every call gets a fresh random id, which already makes
 // go-redis's own retries safe.
+//
+// A stepped limit (see Limit.Step) keeps the ids of the identity's last 128
+// admissions at its step: a retry after more newer admissions counts again.
 //
 // The id must be unique per logical request across every server sharing
 // the limit, such as a request id your service generates. Never take it

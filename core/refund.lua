@@ -1,11 +1,21 @@
--- refund.lua: removes exactly the members one admitted request recorded.
+-- refund.lua: removes exactly what one admitted request recorded.
 --
--- KEYS[1]  the identity's log, where the request was recorded.
--- ARGV[1]  the request id.
--- ARGV[2]  the request's cost c: its members are id, id.."1", ..., id..(c-1).
+-- KEYS[1]      the identity's log, where an exact limit recorded the request.
+-- KEYS[2]      the log's retention record (not touched).
+-- KEYS[1+2g]   the stepped log of the request's g-th step (see allow.lua):
+--              a header (o, n, t, k, u as doubles) and a ring of counts.
+-- KEYS[2+2g]   its request ids: a sorted set, id scored with the bucket its
+--              request went to (the last 128 admissions).
+-- ARGV[1]      the request id.
+-- ARGV[2]      the request's cost c: its log members are id, id.."1", ...,
+--              id..(c-1).
+-- ARGV[2+g]    the g-th step in µs, one per stepped log (only their number
+--              is read).
 --
--- Returns the number of members removed: c after a first refund, 0 when the
--- request was refunded already or has left the retained history.
+-- Returns the number of units removed from the first structure the request
+-- was recorded in (the log, else the first stepped log): c after a first
+-- refund, 0 when the request was refunded already, has left the retained
+-- history or, in a stepped log, is older than its last 128 admissions.
 
 local id = ARGV[1]
 local cost = tonumber(ARGV[2])
@@ -20,6 +30,32 @@ for j = 0, cost - 1 do
   if #members >= 200 or j == cost - 1 then
     removed = removed + redis.call('ZREM', KEYS[1], unpack(members))
     members = {}
+  end
+end
+
+local RING, HDR = 1444, 40
+for g = 1, #ARGV - 2 do
+  local key, ids = KEYS[1 + 2 * g], KEYS[2 + 2 * g]
+  local b = redis.call('ZSCORE', ids, id)
+  if b then
+    redis.call('ZREM', ids, id)
+    b = tonumber(b)
+    local h = redis.call('GETRANGE', key, 0, HDR - 1)
+    if #h == HDR then
+      local o, n, t, k, u = struct.unpack('<ddddd', h)
+      if t > 0 and b >= o and b <= n then
+        local slot = '#' .. (HDR / 4 + b % RING)
+        local units = redis.call('BITFIELD', key, 'GET', 'u32', slot)[1]
+        local take = math.min(units, cost)
+        if take > 0 then
+          redis.call('BITFIELD', key, 'INCRBY', 'u32', slot, -take)
+          redis.call('SETRANGE', key, 0, struct.pack('<ddddd', o, n, t - take, k, u))
+        end
+        if g == 1 and removed == 0 then
+          removed = take
+        end
+      end
+    end
   end
 end
 return removed

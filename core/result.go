@@ -98,4 +98,5 @@ type admission struct {
 	identity string   // whose keys, and whose deny cache entry Refund clears
 	id       string
 	cost     int
+	set      *limitSet // the limits that admitted it, for their keys
 }

@@ -142,9 +142,10 @@ type helperConfig struct {
 type limitSpec struct {
 	Quota  int           `json:"quota"`
 	Window time.Duration `json:"window"`
+	Step   time.Duration `json:"step,omitempty"`
 }
 
-func (s limitSpec) limit() slidelimit.Limit { return slidelimit.Per(s.Quota, s.Window) }
+func (s limitSpec) limit() slidelimit.Limit { return slidelimit.Per(s.Quota, s.Window).Stepped(s.Step) }
 
 // helperReport is what a helper process admitted.
 type helperReport struct {
