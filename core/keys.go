@@ -27,10 +27,12 @@ const DefaultPrefix = "slidelimit:"
 // longer one counts.
 //
 // A stepped limit counts the stepped log of its step, the log's key + ":#"
-// + the step (":#1m0s" for a minute): a hash of one count per step, with
-// "t" their total, "o" the oldest step kept, "n" the newest and "k" and "u"
-// the retention record. Its key + ":ids" holds the ids of the identity's
-// last 128 admissions at that step, so that a retried call counts once.
+// + the step (":#1m0s" for a minute): a string of about 5.8 KB, a header
+// (the oldest and newest steps kept, their total, and the log's retention
+// record) and a ring of one 32-bit count per step (allow.lua describes the
+// layout). Its key + ":ids" holds the ids of the identity's last 128
+// admissions at that step, so that a retried call counts once and a refund
+// finds its step.
 //
 // The identity is made safe before it enters the key. Bytes outside printable
 // ASCII and the bytes '%', '{', '}' and '#' are percent-encoded, so that
