@@ -2,26 +2,29 @@
 -- limits, all counted from one log.
 --
 -- KEYS[1]       the identity's log: a sorted set with one member per admitted
---               unit, scored with its admission time in µs. Every limit counts
---               the members inside its own window, so a request is recorded
---               once whatever the number of limits, and a limit whose quota or
---               window changes counts what was admitted already.
--- KEYS[2]       the identity's retention record, a string "window_us:until_s":
---               some caller enforced a limit of that window, the longest, and
---               the log keeps that much history until the Unix second until_s.
+--               unit, scored with its admission time in µs. Every exact limit
+--               counts the members inside its own window, so a request is
+--               recorded once whatever the number of limits, and a limit whose
+--               quota or window changes counts what was admitted already.
+--               The script also uses keys named after KEYS[1], so they share
+--               its {hash tag} and slot. They are not declared, on purpose:
+--               while Redis Cluster migrates a slot, a script declaring several
+--               keys of which some do not exist yet gets TRYAGAIN until the
+--               migration ends, so a new identity could not be decided; each
+--               command the script sends names one key, which Redis routes.
+--   KEYS[1]..":#keep"    the log's retention record, "window_us:until_s": some
+--               caller enforced a limit of that window, the longest, and the
+--               log keeps that much history until the Unix second until_s.
 --               Without it a caller with a short window would evict what
---               another caller's longer window still counts. Optional: without
---               KEYS[2] the log keeps only this call's longest window.
---               Both keys share the identity's {hash tag}, so Redis Cluster
---               runs the script on one shard.
--- KEYS[1+2g]    the stepped log of the g-th distinct step among the limits
---               (in their order): a string of about 5.8 KB holding one count
---               per step-long bucket (bucket b covers the µs b*step up to
---               (b+1)*step) in a ring, and a header with the total and the
---               log's own retention record (see RING below).
--- KEYS[2+2g]    its request ids: a sorted set of the ids of the identity's
---               last 128 admissions at that step, scored with their bucket,
---               so that a retried call counts once and a refund finds it.
+--               another caller's longer window still counts.
+--   KEYS[1]..":#"..step  the stepped log of a step (in µs): a string of about
+--               5.8 KB holding one count per step-long bucket (bucket b covers
+--               the µs b*step up to (b+1)*step) in a ring, and a header with
+--               the total and the log's own retention record (see RING below).
+--   KEYS[1]..":#"..step..":ids"  its request ids: a sorted set of the ids of
+--               the identity's last 128 admissions at that step, scored with
+--               their bucket, so that a retried call counts once and a refund
+--               finds it.
 -- ARGV[1]       cost: how many units the request takes (1 <= cost <= every quota).
 -- ARGV[2]       request id (8 random bytes), or "" to peek: evaluate, record nothing.
 --               A request of cost c records the members id, id.."1", ..., id..(c-1).
@@ -29,7 +32,7 @@
 -- ARGV[2+2i]    quota of limit i: the most units its window may hold. A quota of
 --               0 ends the list of limits (padding; see the batch form).
 -- ARGV[3+2i]    window of limit i in microseconds: "window" for a limit counted
---               exactly in KEYS[1], "window:step" for one counted in the
+--               exactly in the log, "window:step" for one counted in the
 --               stepped log of that step. A stepped limit counts every bucket
 --               its window touches, so it never admits more than its quota in
 --               any window and frees a unit at most one step later than the
@@ -37,12 +40,12 @@
 --
 -- A batch: ARGV[1] is "*", and the decisions of several requests, each with
 -- its own identity and limits, follow one another in one call:
--- KEYS          every request's keys, request after request.
+-- KEYS          every request's keys, request after request: its log, as many
+--               times as it has pairs below (the limiter's own connections
+--               send one key per pair).
 -- ARGV[2..]     for each request: its number of keys n, cost, request id and
---               now (as above), then n quota and window pairs. Keys and pairs
---               have one count: the keys above, padded with the log's, and
---               the limits, padded with pairs of quota 0 (the limiter's own
---               connections build them so).
+--               now (as above), then n quota and window pairs, the limits
+--               padded with pairs of quota 0.
 -- The requests are decided in order, as that many calls would be, under one
 -- TIME. A batch returns an array holding each request's reply, or its error
 -- reply (a hostile key holding another type fails its own request only).
@@ -188,10 +191,10 @@ local function counts(g, from)
   return ring_read(g.key, math.max(from, g.o), g.n)
 end
 
--- decide decides one request: its nk keys are KEYS[k0+1..k0+nk], the
--- quota and window of limit i are ARGV[a0+2i] and ARGV[a0+2i+1] for
--- i = 1..n, the limits ending at the first quota of 0.
-local function decide(k0, nk, n, cost, id, clock, a0)
+-- decide decides one request: its log is KEYS[k0+1], the quota and window
+-- of limit i are ARGV[a0+2i] and ARGV[a0+2i+1] for i = 1..n, the limits
+-- ending at the first quota of 0.
+local function decide(k0, n, cost, id, clock, a0)
   local now, score
   if clock == '' then
     if not time_now then
@@ -208,10 +211,8 @@ local function decide(k0, nk, n, cost, id, clock, a0)
   else
     now, score = tonumber(clock), clock
   end
-  local log, record = KEYS[k0 + 1], nil
-  if nk >= 2 then
-    record = KEYS[k0 + 2]
-  end
+  local log = KEYS[k0 + 1]
+  local record = log .. ':#keep'
 
   -- The limits: quota[i], window[i] and group[i] (nil for the exact log,
   -- else the stepped log of its step), and the longest exact window.
@@ -227,6 +228,7 @@ local function decide(k0, nk, n, cost, id, clock, a0)
     local w, st = string.match(arg, '^(%d+):(%d+)$')
     quota[i] = q
     if w then
+      local key = log .. ':#' .. st
       w, st = tonumber(w), tonumber(st)
       local g
       for _, x in ipairs(groups) do
@@ -236,7 +238,7 @@ local function decide(k0, nk, n, cost, id, clock, a0)
       end
       if not g then
         local j = #groups + 1
-        g = {step = st, key = KEYS[k0 + 1 + 2 * j], ids = KEYS[k0 + 2 + 2 * j], longest = 0}
+        g = {step = st, key = key, ids = key .. ':ids', longest = 0}
         groups[j] = g
       end
       if w > g.longest then
@@ -256,7 +258,7 @@ local function decide(k0, nk, n, cost, id, clock, a0)
   -- another caller enforced lately (the record).
   local keep, keep_s, rec_window, rec_until = longest, longest_s, nil, nil
   if longest > 0 then
-    if record then
+    do
       local r = call('GET', record)
       if r then
         local w, u = string.match(r, '^(%d+):(%d+)$')
@@ -360,7 +362,7 @@ local function decide(k0, nk, n, cost, id, clock, a0)
         call('PEXPIRE', log, pms)
         -- This call's longest window is the one to keep: say so for two
         -- windows, renewed once a window.
-        if record and longest >= keep and (rec_window ~= longest or rec_until * 1000000 - now < longest) then
+        if longest >= keep and (rec_window ~= longest or rec_until * 1000000 - now < longest) then
           local until_s = math.ceil((now + 2 * longest) / 1000000)
           call('SET', record, longest_s .. ':' .. until_s, 'PX', ms(2 * longest))
         end
@@ -464,13 +466,13 @@ local function decide(k0, nk, n, cost, id, clock, a0)
 end
 
 if ARGV[1] ~= '*' then
-  return decide(0, #KEYS, (#ARGV - 3) / 2, tonumber(ARGV[1]), ARGV[2], ARGV[3], 2)
+  return decide(0, (#ARGV - 3) / 2, tonumber(ARGV[1]), ARGV[2], ARGV[3], 2)
 end
 
 local replies, k0, a = {}, 0, 2
 while a <= #ARGV do
   local n = tonumber(ARGV[a])
-  local ok, out = pcall(decide, k0, n, n, tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], a + 2)
+  local ok, out = pcall(decide, k0, n, tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], a + 2)
   if not ok then
     -- Redis's error reply (a table or a string, by Redis version), or
     -- Lua's own error, which gets Redis's generic prefix.

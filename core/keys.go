@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
-	"time"
+	"strconv"
 )
 
 // maxIdentityLen is the longest encoded identity kept readable in a key;
@@ -27,7 +27,7 @@ const DefaultPrefix = "slidelimit:"
 // longer one counts.
 //
 // A stepped limit counts the stepped log of its step, the log's key + ":#"
-// + the step (":#1m0s" for a minute): a string of about 5.8 KB, a header
+// + the step in µs (":#60000000" for a minute): a string of about 5.8 KB, a header
 // (the oldest and newest steps kept, their total, and the log's retention
 // record) and a ring of one 32-bit count per step (allow.lua describes the
 // layout). Its key + ":ids" holds the ids of the identity's last 128
@@ -65,9 +65,10 @@ const recordSuffix = ":#keep"
 const idsSuffix = ":ids"
 
 // stepSuffix returns what follows the log's key in the key of its stepped
-// log at step µs: ":#" and the step, such as ":#1m0s" for a minute.
+// log at step µs: ":#" and the step in µs, such as ":#60000000" for a
+// minute (allow.lua builds it from its arguments).
 func stepSuffix(step int64) string {
-	return ":#" + (time.Duration(step) * time.Microsecond).String()
+	return ":#" + strconv.FormatInt(step, 10)
 }
 
 // hashTag encodes identity for use between the braces of a key.

@@ -206,14 +206,3 @@ func windowArg(lim Limit) any {
 	}
 	return strconv.FormatInt(w, 10) + ":" + strconv.FormatInt(step, 10)
 }
-
-// suffixes returns the ends of the keys set uses after the identity's tag,
-// in the order of keysFor: "}", "}" + recordSuffix, and per step the
-// stepped log's and its ids'.
-func (s *limitSet) suffixes() []string {
-	out := []string{"}", "}" + recordSuffix}
-	for _, step := range s.steps {
-		out = append(out, "}"+stepSuffix(step), "}"+stepSuffix(step)+idsSuffix)
-	}
-	return out
-}

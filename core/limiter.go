@@ -30,9 +30,8 @@ type Limiter struct {
 	cfg     config
 	own     limitSet // the limits of New and WithLimits
 	// The limiter's own connections send as many keys as quota and window
-	// pairs: suffixes are the keys' ends after the identity's tag (see
-	// keysFor), padded with the log's, and quotaTail the pairs, padded
-	// with pairs of quota 0.
+	// pairs: suffixes are the log's key's end after the identity's tag, as
+	// many times as the pairs, and quotaTail the pairs.
 	suffixes  []string
 	quotaTail []byte
 	deny      *denyCache   // nil when WithDenyCache(0)
@@ -77,15 +76,8 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{client: client, cfg: cfg, own: own, bounded: honoursDeadlines(client), deny: newDenyCache(cfg.deny)}
-	l.suffixes = own.suffixes()
-	for i := range max(len(own.limits), len(l.suffixes)) {
-		if i >= len(l.suffixes) {
-			l.suffixes = append(l.suffixes, "}")
-		}
-		if i >= len(own.limits) {
-			l.quotaTail = appendBulkInt(appendBulkInt(l.quotaTail, 0), 0)
-			continue
-		}
+	for i := range own.limits {
+		l.suffixes = append(l.suffixes, "}")
 		l.quotaTail = appendBulkInt(l.quotaTail, int64(own.limits[i].Quota))
 		switch w := own.args[2*i+1].(type) {
 		case int64:
@@ -221,7 +213,7 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string,
 		args := make([]any, 0, 3+len(set.args))
 		args = append(args, n, id, l.now())
 		args = append(args, set.args...)
-		reply, err = l.eval(ctx, l.keysFor(tag, set), args)
+		reply, err = l.eval(ctx, []string{logKey(l.cfg.prefix, tag)}, args)
 	}
 	if err != nil {
 		res, err := l.fallback(identity, n, id, fmt.Errorf("allow script: %w", err))
@@ -285,6 +277,7 @@ func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	if err != nil {
 		return err // not reached: the identity made these keys before
 	}
+	keys = keys[:1] // the log: refund.lua names the stepped logs after it
 	args := make([]any, 0, 2+len(a.set.steps))
 	args = append(args, a.id, a.cost)
 	for _, step := range a.set.steps {
@@ -334,7 +327,8 @@ func (l *Limiter) keys(identity string, set *limitSet) ([]string, error) {
 
 // keysFor returns the keys of the identity of hash tag tag that set uses:
 // its log, its retention record, and for each step of set the stepped log
-// of that step and its request ids.
+// of that step and its request ids. The scripts that decide and refund are
+// given the log only and name the others after it (see allow.lua).
 func (l *Limiter) keysFor(tag string, set *limitSet) []string {
 	log := logKey(l.cfg.prefix, tag)
 	keys := make([]string, 0, 2+2*len(set.steps))

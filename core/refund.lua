@@ -1,16 +1,14 @@
 -- refund.lua: removes exactly what one admitted request recorded.
 --
 -- KEYS[1]      the identity's log, where an exact limit recorded the request.
--- KEYS[2]      the log's retention record (not touched).
--- KEYS[1+2g]   the stepped log of the request's g-th step (see allow.lua):
---              a header (o, n, t, k, u as doubles) and a ring of counts.
--- KEYS[2+2g]   its request ids: a sorted set, id scored with the bucket its
---              request went to (the last 128 admissions).
+--              The stepped logs are named after it, as in allow.lua:
+--              KEYS[1]..":#"..step (a header and a ring of counts) and
+--              KEYS[1]..":#"..step..":ids" (request ids scored with the bucket
+--              their request went to; the last 128 admissions).
 -- ARGV[1]      the request id.
 -- ARGV[2]      the request's cost c: its log members are id, id.."1", ...,
 --              id..(c-1).
--- ARGV[2+g]    the g-th step in µs, one per stepped log (only their number
---              is read).
+-- ARGV[2+g]    the g-th step of the request's stepped limits, in µs.
 --
 -- Returns the number of units removed from the first structure the request
 -- was recorded in (the log, else the first stepped log): c after a first
@@ -35,7 +33,8 @@ end
 
 local RING, HDR = 1444, 40
 for g = 1, #ARGV - 2 do
-  local key, ids = KEYS[1 + 2 * g], KEYS[2 + 2 * g]
+  local key = KEYS[1] .. ':#' .. ARGV[2 + g]
+  local ids = key .. ':ids'
   local b = redis.call('ZSCORE', ids, id)
   if b then
     redis.call('ZREM', ids, id)
