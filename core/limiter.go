@@ -21,8 +21,9 @@ import (
 // already. Two limiters, in one process or in two services, share an
 // identity's count exactly when they share the Redis, the key prefix
 // (WithPrefix) and the identity; their limits need not be the same, and
-// each counts every request the other admitted. Limiters that must count
-// apart (a login limit beside an API limit, say) take different prefixes
+// each counts every request the other admitted, as long as the limits share
+// a resolution (Limit.Resolution: exact, or one step). Limiters that must
+// count apart (a login limit beside an API limit, say) take different prefixes
 // or identities.
 type Limiter struct {
 	client  redis.Scripter
@@ -136,6 +137,11 @@ func (l *Limiter) AllowN(ctx context.Context, identity string, n int) (Result, e
 // every request admitted under any other. Changing a tenant's plan changes
 // its limits at once and keeps its count: a tenant that used 900 of 1,000
 // and moves to 100 is denied until 801 units have left the window.
+//
+// Limits count together when they share a resolution (Limit.Resolution):
+// exact limits count the exact log, stepped limits the log of their step.
+// Give every plan of one kind the same Step so that a plan change keeps its
+// count also across MaxExactQuota.
 //
 // Invalid limits return an error wrapping ErrInvalidLimit, like New, with a
 // Result that is not Allowed; n is checked against the smallest quota among

@@ -320,6 +320,15 @@ func TestSteppedLimitChanges(t *testing.T) {
 	if res.Allowed || res.RetryAfter != time.Minute+step {
 		t.Fatalf("AllowLimits(1 under 100) with 900 used = %+v, want denied until their step leaves, a minute and a step", res)
 	}
+	// Across MaxExactQuota, plans given one step keep the count: 900 of
+	// 2,000 per day used, moved to 500 per day.
+	day := func(q int) slidelimit.Limit { return slidelimit.PerDay(q).Stepped(time.Minute) }
+	if res := allowLimits(t, lim, "plan", 900, day(2000)); !res.Allowed {
+		t.Fatalf("AllowLimits(900 of 2000/day) = %+v, want allowed", res)
+	}
+	if res := allowLimits(t, lim, "plan", 1, day(500)); res.Allowed || res.Remaining != 0 {
+		t.Fatalf("AllowLimits(1 under 500/day) with 900 used = %+v, want denied", res)
+	}
 	// Raised: 100 of 100 used, moved to 1,000.
 	allowLimits(t, lim, "high", 100, per(100, time.Minute))
 	if res := allowLimits(t, lim, "high", 1, per(1000, time.Minute)); !res.Allowed || res.Remaining != 899 {
