@@ -4,20 +4,30 @@
 
 GO ?= go
 GOLANGCI_LINT_VERSION ?= v2.15.0
+# The go-redis matrix of make test: the floor is go.mod's (v9.5.5), the newest is
+# whatever `go get github.com/redis/go-redis/v9` gives, and this is the middle.
+GOREDIS_MIDDLE ?= v9.14.1
+GOREDIS_MIDDLE_RUN ?= ^(TestRedisFaults|TestWrongPasswordConnections|TestExactnessAcrossProcesses|TestSameMillisecondBurst|TestNoScriptRecovery|TestClusterRedirects|TestRetriedCallCountsOnce|TestRedisHung)$$
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 .PHONY: test release-check demo bench lint vet fmt tidy
 
 ## test: vet and test every module with -race against real Redis (standalone and Cluster),
 ## and their allocation tests without -race (whose sync.Pool drops items at random),
-## then core, integration and examples once more against the newest go-redis v9,
-## then the release check.
+## against go-redis v9.5.5, the floor every go.mod pins; then a go-redis matrix: core and
+## the integration tests that lean on go-redis's behaviour (retries, pipelines, redirects,
+## NOSCRIPT, timeouts, Redis's fault replies; GOREDIS_MIDDLE_RUN) against a middle release,
+## GOREDIS_MIDDLE (the whole of integration would add minutes), and core, integration and
+## examples whole against the newest v9; then every fuzz target for FUZZTIME (10s) beyond
+## its seeds, then the release check.
 test:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	scripts/each-module.sh $(GO) vet ./...
 	scripts/with-redis.sh scripts/each-module.sh $(GO) test -race -count=1 ./...
 	scripts/with-redis.sh scripts/each-module.sh $(GO) test -count=1 -run 'Alloc' ./...
-	GO=$(GO) scripts/with-redis.sh scripts/test-newest-goredis.sh
+	GO=$(GO) scripts/with-redis.sh scripts/test-goredis.sh $(GOREDIS_MIDDLE) core integration='$(GOREDIS_MIDDLE_RUN)'
+	GO=$(GO) scripts/with-redis.sh scripts/test-goredis.sh latest
+	GO=$(GO) scripts/with-redis.sh scripts/fuzz.sh
 	$(MAKE) --no-print-directory release-check
 
 ## release-check: publish every library module of the working tree at the CHANGELOG's

@@ -6,7 +6,10 @@
 // default pool):
 //
 //   - slidelimit (core), with its deny cache on as by default, and on the
-//     denied path once more with WithDenyCache(0);
+//     denied path once more with WithDenyCache(0); on the allowed path once
+//     more as slidelimit-plain, through a client of go-redis's defaults
+//     (ContextTimeoutEnabled off, so a lone call's I/O runs on a goroutine
+//     of the limiter's while its caller keeps the timeout);
 //   - go-redis/redis_rate v10 (GCRA);
 //   - ulule/limiter v3 with its Redis store (fixed window);
 //   - the classic sliding-log script (ZREMRANGEBYSCORE, ZCARD, ZADD, PEXPIRE;
@@ -90,6 +93,7 @@ type contender struct {
 
 type bench struct {
 	rdb      *redis.Client
+	plain    *redis.Client // go-redis's defaults: ContextTimeoutEnabled off
 	host     string
 	port     string
 	sha      string // allow.lua's
@@ -140,6 +144,8 @@ func run() error {
 		results: map[cellKey][]cell{},
 	}
 	defer b.rdb.Close()
+	b.plain = redis.NewClient(&redis.Options{Addr: addr})
+	defer b.plain.Close()
 	ctx := context.Background()
 	if path := os.Getenv("BENCH_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
@@ -169,6 +175,7 @@ func run() error {
 	contenders := []contender{
 		{"slidelimit", []string{"allowed", "denied"}, setupSlidelimit(true)},
 		{"slidelimit-nocache", []string{"denied"}, setupSlidelimit(false)},
+		{"slidelimit-plain", []string{"allowed"}, setupSlidelimitPlain},
 		{"redis_rate", []string{"allowed", "denied"}, setupRedisRate},
 		{"ulule", []string{"allowed", "denied"}, setupUlule},
 		{"classic", []string{"allowed", "denied"}, setupClassic},
@@ -274,6 +281,19 @@ func setupSlidelimit(cache bool) func(ctx context.Context, b *bench, path, prefi
 			return res.Allowed, err
 		}, nil
 	}
+}
+
+// setupSlidelimitPlain is slidelimit through a client of go-redis's
+// default options.
+func setupSlidelimitPlain(ctx context.Context, b *bench, path, prefix string) (decideFunc, error) {
+	lim, err := slidelimit.New(b.plain, slidelimit.PerMinute(allowedQuota), slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, r *rand.Rand) (bool, error) {
+		res, err := lim.Allow(ctx, identity(r))
+		return res.Allowed, err
+	}, nil
 }
 
 func setupRedisRate(ctx context.Context, b *bench, path, prefix string) (decideFunc, error) {
@@ -513,7 +533,7 @@ func (b *bench) report() {
 		if path == "denied" {
 			names = []string{"slidelimit", "slidelimit-nocache", "redis_rate", "ulule", "classic"}
 		} else {
-			names = append(names, "ceiling", "ceiling-P16")
+			names = append([]string{"slidelimit", "slidelimit-plain"}, append(names[1:], "ceiling", "ceiling-P16")...)
 		}
 		fmt.Printf("\n== %s path: decisions/s, p50 / p99 latency, Redis CPU µs per decision (median of %d)\n", path, b.reps)
 		fmt.Printf("%-19s", "callers")
@@ -533,28 +553,34 @@ func (b *bench) report() {
 			}
 			fmt.Println()
 		}
-		fmt.Printf("\n== %s path: ratio of slidelimit's decisions/s to each (above 1: slidelimit is faster)\n", path)
-		fmt.Printf("%-19s", "callers")
-		for _, c := range b.levels {
-			fmt.Printf(" %8s", fmt.Sprintf("c=%d", c))
+		mine := []string{"slidelimit"}
+		if path == "allowed" {
+			mine = append(mine, "slidelimit-plain")
 		}
-		fmt.Println()
-		others := append(slices.Clone(peers), "ceiling", "ceiling-P16")
-		if path == "denied" {
-			others = append([]string{"slidelimit-nocache"}, peers...)
-		}
-		for _, name := range others {
-			fmt.Printf("%-19s", "÷ "+name)
+		for _, me := range mine {
+			fmt.Printf("\n== %s path: ratio of %s's decisions/s to each (above 1: %s is faster)\n", path, me, me)
+			fmt.Printf("%-19s", "callers")
 			for _, c := range b.levels {
-				s, ok1 := b.median(cellKey{path, c, "slidelimit"})
-				o, ok2 := b.median(cellKey{path, c, name})
-				if !ok1 || !ok2 || o.rate == 0 {
-					fmt.Printf(" %8s", "-")
-					continue
-				}
-				fmt.Printf(" %8.2f", s.rate/o.rate)
+				fmt.Printf(" %8s", fmt.Sprintf("c=%d", c))
 			}
 			fmt.Println()
+			others := append(slices.Clone(peers), "ceiling", "ceiling-P16")
+			if path == "denied" {
+				others = append([]string{"slidelimit-nocache"}, peers...)
+			}
+			for _, name := range others {
+				fmt.Printf("%-19s", "÷ "+name)
+				for _, c := range b.levels {
+					s, ok1 := b.median(cellKey{path, c, me})
+					o, ok2 := b.median(cellKey{path, c, name})
+					if !ok1 || !ok2 || o.rate == 0 {
+						fmt.Printf(" %8s", "-")
+						continue
+					}
+					fmt.Printf(" %8.2f", s.rate/o.rate)
+				}
+				fmt.Println()
+			}
 		}
 		if path == "allowed" {
 			fmt.Printf("%-19s", "CPU classic÷ours")

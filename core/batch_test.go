@@ -1,10 +1,7 @@
 package slidelimit
 
 import (
-	"errors"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -108,96 +105,5 @@ func TestScriptBatchIsolatesErrors(t *testing.T) {
 		if n, err := rdb.ZCard(t.Context(), k).Result(); err != nil || n != 1 {
 			t.Errorf("ZCARD %s = %d, %v; want 1", k, n, err)
 		}
-	}
-}
-
-// TestWireBatches pauses Redis while callers of two limiters on one client
-// pile up, so that their calls go out in batches: every identity is held
-// to its limits exactly, every caller gets its own decision, and an
-// identity whose key holds another type fails alone.
-func TestWireBatches(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := ownClient(t, redis.Options{Addr: srv.Addr})
-	admin := ownClient(t, redis.Options{Addr: srv.Addr})
-	one, err := New(rdb, PerMinute(5), WithTimeout(10*time.Second), WithDenyCache(0), WithPrefix("one:"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	two, err := New(rdb, PerMinute(7), WithLimits(Per(3, time.Hour)), WithTimeout(10*time.Second), WithDenyCache(0), WithPrefix("two:"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := Key("one:", "hostile", PerMinute(5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.Set(t.Context(), key, "a string", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := one.Peek(t.Context(), "warm"); err != nil {
-		t.Fatal(err)
-	}
-	const identities, calls = 20, 8
-	type outcome struct {
-		lim      string
-		identity string
-		res      Result
-		err      error
-	}
-	out := make(chan outcome, 2*identities*calls+calls)
-	var wg sync.WaitGroup
-	run := func(name string, lim *Limiter, identity string) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := lim.Allow(t.Context(), identity)
-			out <- outcome{name, identity, res, err}
-		}()
-	}
-	pause(t, admin, 300*time.Millisecond)
-	for c := range calls {
-		for i := range identities {
-			run("one", one, fmt.Sprint("id-", i))
-			run("two", two, fmt.Sprint("id-", i))
-		}
-		run("one", one, "hostile")
-		_ = c
-	}
-	wg.Wait()
-	close(out)
-
-	admitted := map[string][]int{} // lim/identity → Remaining of each admission
-	for o := range out {
-		name := o.lim + "/" + o.identity
-		switch {
-		case o.identity == "hostile":
-			if !o.res.Fallback || !errors.Is(o.err, ErrUnavailable) || !strings.Contains(o.err.Error(), "WRONGTYPE") {
-				t.Errorf("%s: %+v, %v; want a fallback for WRONGTYPE", name, o.res, o.err)
-			}
-		case o.err != nil || o.res.Fallback:
-			t.Errorf("%s: %+v, %v; want Redis's decision", name, o.res, o.err)
-		case o.res.Allowed:
-			admitted[name] = append(admitted[name], o.res.Remaining)
-		case o.res.RetryAfter <= 0:
-			t.Errorf("%s: denied with RetryAfter %v, want it above 0", name, o.res.RetryAfter)
-		}
-	}
-	for i := range identities {
-		for lim, quota := range map[string]int{"one": 5, "two": 3} {
-			name := fmt.Sprintf("%s/id-%d", lim, i)
-			seen := map[int]bool{}
-			for _, r := range admitted[name] {
-				seen[r] = true
-			}
-			if len(admitted[name]) != quota || len(seen) != quota {
-				t.Errorf("%s: admitted with Remaining %v, want %d admissions, each its own Remaining", name, admitted[name], quota)
-			}
-		}
-	}
-	w := testWire(rdb)
-	writes, commands, batched := w.nodes.writes.Load(), w.nodes.commands.Load(), w.nodes.batched.Load()
-	t.Logf("%d calls in %d writes, %d of them in batches", commands, writes, batched)
-	if batched < commands/2 {
-		t.Errorf("%d of %d calls went out in batches, want most: they piled up behind a paused Redis", batched, commands)
 	}
 }

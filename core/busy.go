@@ -11,7 +11,7 @@ import (
 
 // busyMeter tells whether this process or its host was too busy, since the
 // meter was made or last asked, for a silence of Redis to mean anything
-// (see roundTrip):
+// (see trip.wait):
 //
 //   - a goroutine of this process waited busyStep or more to run (the
 //     runtime's /sched/latencies histogram): the goroutine that reads
@@ -39,15 +39,9 @@ var recentBusy atomic.Pointer[busyMeter]
 // busyFresh is how old recentBusy may be.
 const busyFresh = 50 * time.Millisecond
 
-// sinceRecently returns a meter that measures from a reading taken at most
-// busyFresh ago: its window covers the time since now, and a little before.
-func sinceRecently() *busyMeter {
-	c := recentMeter()
-	return &c
-}
-
-// recentMeter is sinceRecently's meter, as a value: it allocates nothing
-// while the shared reading is fresh.
+// recentMeter returns a meter that measures from a reading taken at most
+// busyFresh ago: its window covers the time since now, and a little
+// before. It allocates nothing while the shared reading is fresh.
 func recentMeter() busyMeter {
 	m := recentBusy.Load()
 	if m == nil || time.Since(m.at) > busyFresh {

@@ -14,20 +14,51 @@ import (
 	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
-// scriptCounter counts the allow scripts Redis ran for one client's
-// limiters, as their connections saw: a command answered NOSCRIPT is
-// followed by an EVAL, which counts.
-type scriptCounter struct{ rdb redis.Scripter }
+// scriptCounter is a go-redis hook counting the scripts a client runs in
+// Redis, alone or in pipelines: the limiter sends through the client, so
+// its hooks see every command.
+type scriptCounter struct{ n atomic.Int64 }
 
-// newScriptCounter returns the counter of rdb's limiters, made before any
-// of them, so that every one the test makes counts on it.
-func newScriptCounter(rdb redis.Scripter) *scriptCounter {
-	c := &scriptCounter{rdb}
-	c.load()
+func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		c.count(cmd, err)
+		return err
+	}
+}
+
+func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			c.count(cmd, cmd.Err())
+		}
+		return err
+	}
+}
+
+// count counts cmd if it ran a script: an EVALSHA answered NOSCRIPT is
+// followed by an EVAL, which counts.
+func (c *scriptCounter) count(cmd redis.Cmder, err error) {
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return
+	}
+	switch cmd.Name() {
+	case "eval", "evalsha":
+		c.n.Add(1)
+	}
+}
+
+// newScriptCounter adds a script counter to rdb's hooks.
+func newScriptCounter(rdb redis.UniversalClient) *scriptCounter {
+	c := &scriptCounter{}
+	rdb.AddHook(c)
 	return c
 }
 
-func (c *scriptCounter) load() int64 { return slidelimit.WireScripts(c.rdb) }
+func (c *scriptCounter) load() int64 { return c.n.Load() }
 
 // countingClient returns a client of its own on the test server, and the
 // counter of the scripts it sends.

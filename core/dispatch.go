@@ -2,9 +2,16 @@ package slidelimit
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,6 +24,10 @@ const (
 	// connections the limiter holds, per node. go-redis's default pool
 	// holds ten per CPU.
 	maxInFlight = 4
+	// maxScriptBatch is the most requests one call of allow.lua's batch
+	// form decides, so that one script never holds Redis for long (about
+	// 1 ms at 32); a larger batch is several such calls in one pipeline.
+	maxScriptBatch = 32
 	// maxQueue is the most calls waiting per node. A burst larger than
 	// maxInFlight*maxBatch+maxQueue (4,608) calls at one instant is decided
 	// by the policy beyond that, with an error wrapping ErrUnavailable.
@@ -26,20 +37,30 @@ const (
 // roundTrips numbers round trips, for the breaker; 0 is no round trip.
 var roundTrips atomic.Uint64
 
-// dispatchers holds one dispatcher per client, so that every Limiter on a
-// client shares its round trips and its bound on connections. An entry
-// lives as long as the process; it holds no goroutine while idle.
-var dispatchers sync.Map // redis.Scripter → *dispatcher
+// dispatchers holds one dispatcher per go-redis client, so that every
+// Limiter on a client shares its round trips and its bound on connections.
+// Both sides are weak: an entry keeps neither the client nor the
+// dispatcher alive, and goes when the dispatcher does, once no Limiter
+// holds it.
+var dispatchers sync.Map // weak.Pointer to the client → weak.Pointer[dispatcher]
 
-// dispatcher sends the decisions of every Limiter on one client as
-// pipelines of EVALSHA: a call waits only while maxInFlight round trips to
-// its node are out, and then leaves with the others waiting, at most
-// maxBatch together. A lone caller is sent at once. It is safe for
-// concurrent use.
+// dispatchersMu serialises making dispatchers, so that two Limiters made at
+// once on one client share one.
+var dispatchersMu sync.Mutex
+
+// dispatcher sends the decisions of every Limiter on one client: a call
+// waits only while maxInFlight round trips to its node are out, and then
+// leaves with the others waiting, at most maxBatch together. A lone caller
+// sends its own call at once. A batch goes to a standalone Redis as one
+// EVALSHA of allow.lua's batch form, and to a Cluster or a Ring as a
+// pipeline of EVALSHA; every command goes through the client, so its hooks,
+// pool, Limiter and options apply. It is safe for concurrent use.
 type dispatcher struct {
 	client  redis.Scripter
 	pipe    func() redis.Pipeliner
 	cluster *redis.ClusterClient // nil unless the client is one
+	single  bool                 // one Redis serves every key: batches go as one script call
+	bounded bool                 // the client gives up at a context's deadline
 	reload  *reloader
 
 	// Limits; the defaults above, smaller in tests.
@@ -50,23 +71,68 @@ type dispatcher struct {
 }
 
 // dispatcherFor returns client's dispatcher, or nil if client cannot
-// pipeline.
+// pipeline. Limiters on one *redis.Client, *redis.ClusterClient,
+// *redis.Ring or *redis.Conn share a dispatcher; any other client value
+// gets one of its own.
 func dispatcherFor(client redis.Scripter) *dispatcher {
 	p, ok := client.(interface{ Pipeline() redis.Pipeliner })
 	if !ok {
 		return nil
 	}
-	if d, ok := dispatchers.Load(client); ok {
-		return d.(*dispatcher)
+	var key any
+	switch c := client.(type) {
+	case *redis.Client:
+		key = weak.Make(c)
+	case *redis.ClusterClient:
+		key = weak.Make(c)
+	case *redis.Ring:
+		key = weak.Make(c)
+	case *redis.Conn:
+		key = weak.Make(c)
+	default:
+		return newDispatcher(client, p.Pipeline)
 	}
-	d := &dispatcher{client: client, pipe: p.Pipeline, maxBatch: maxBatch, maxInFlight: maxInFlight,
-		maxQueue: maxQueue, lanes: make(map[string]*lane)}
-	if c, ok := client.(*redis.ClusterClient); ok {
+	dispatchersMu.Lock()
+	defer dispatchersMu.Unlock()
+	if v, ok := dispatchers.Load(key); ok {
+		if d := v.(weak.Pointer[dispatcher]).Value(); d != nil {
+			return d
+		}
+	}
+	d := newDispatcher(client, p.Pipeline)
+	wd := weak.Make(d)
+	dispatchers.Store(key, wd)
+	runtime.AddCleanup(d, forgetDispatcher, dispatcherEntry{key, wd})
+	return d
+}
+
+// dispatcherEntry is one entry of dispatchers.
+type dispatcherEntry struct {
+	key any
+	d   weak.Pointer[dispatcher]
+}
+
+// forgetDispatcher removes e from dispatchers, unless a newer dispatcher
+// took its place.
+func forgetDispatcher(e dispatcherEntry) {
+	dispatchers.CompareAndDelete(e.key, e.d)
+}
+
+func newDispatcher(client redis.Scripter, pipe func() redis.Pipeliner) *dispatcher {
+	d := &dispatcher{client: client, pipe: pipe, maxBatch: maxBatch, maxInFlight: maxInFlight,
+		maxQueue: maxQueue, lanes: make(map[string]*lane), bounded: honoursDeadlines(client)}
+	switch c := client.(type) {
+	case *redis.ClusterClient:
 		d.cluster = c
 		d.reload = &reloader{cluster: c}
+	case *redis.Client:
+		d.single = true
+	case *redis.Conn:
+		// One connection, not safe for concurrent use: one round trip at
+		// a time, the calls that wait meanwhile going out together next.
+		d.single, d.maxInFlight = true, 1
 	}
-	actual, _ := dispatchers.LoadOrStore(client, d)
-	return actual.(*dispatcher)
+	return d
 }
 
 // node returns the address of the Cluster node that serves key, or "" for
@@ -83,15 +149,31 @@ func (d *dispatcher) node(ctx context.Context, key string) string {
 	return addr
 }
 
+// lane returns node's lane. A node seen for the first time means the
+// cluster's membership changed: the lanes of nodes with nothing queued or
+// in flight are dropped then, so that departed nodes leave nothing behind
+// (a caller still holding one finishes on it as usual).
 func (d *dispatcher) lane(node string) *lane {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ln := d.lanes[node]
 	if ln == nil {
+		for addr, other := range d.lanes {
+			if other.idle() {
+				delete(d.lanes, addr)
+			}
+		}
 		ln = &lane{d: d}
 		d.lanes[node] = ln
 	}
 	return ln
+}
+
+// idle reports whether ln has nothing queued or in flight.
+func (ln *lane) idle() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.inFlight == 0 && len(ln.queue) == 0
 }
 
 // Call states.
@@ -109,8 +191,16 @@ type call struct {
 	state   atomic.Int32
 	out     chan outcome // buffered: a caller that left is never waited for
 
-	cmd      *redis.Cmd   // set by the lane
+	// The last attempt's answer, set by exec.
+	reply    []int64
+	err      error
+	resent   bool         // sent again after its connection broke
 	deadline atomic.Int64 // UnixNano by which Redis must answer; 0: no bound but the caller's context
+
+	// What trip.wait granted the call beyond its timeout: for a busy
+	// process, and a last grace. Only the round trip's wait touches them.
+	added  time.Duration
+	graced bool
 }
 
 // arm starts c's timeout: a command of c was just sent.
@@ -139,14 +229,33 @@ func (c *call) finish(from int32, o outcome) bool {
 
 // do runs the allow script with keys and args on node through the
 // dispatcher, bounding Redis's answer by timeout once sent, and the whole
-// call by ctx.
+// call by ctx. A caller that finds its node's lane idle sends its call
+// itself, with no goroutine of the lane's in between.
 func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []any, timeout time.Duration) outcome {
 	if err := ctx.Err(); err != nil {
 		return outcome{err: err}
 	}
 	c := &call{keys: keys, args: args, timeout: timeout, out: make(chan outcome, 1)}
-	if !d.lane(node).enqueue(c) {
+	ln := d.lane(node)
+	alone, ok := ln.enqueue(c)
+	if !ok {
 		return outcome{err: errQueueFull}
+	}
+	if alone && d.bounded && timeout > 0 {
+		// A client that bounds its I/O by the context's deadline needs no
+		// goroutine of the lane's to keep the timeout.
+		if o, ok := ln.direct(ctx, c); ok {
+			return o
+		}
+	}
+	if alone {
+		t := ln.start([]*call{c})
+		if failed, left := t.wait(ctx.Done()); left {
+			// The round trip keeps its place in flight until it ends.
+			go ln.finish(t)
+		} else if next := ln.next(failed); next != nil {
+			go ln.run(next)
+		}
 	}
 	select {
 	case o := <-c.out:
@@ -168,20 +277,24 @@ type lane struct {
 }
 
 // enqueue adds c, and starts a round trip if fewer than maxInFlight are
-// out. It returns false if the queue is full.
-func (ln *lane) enqueue(c *call) bool {
+// out. It reports whether c alone is that round trip, which its caller
+// then makes, and returns ok false if the queue is full.
+func (ln *lane) enqueue(c *call) (alone, ok bool) {
 	ln.mu.Lock()
 	if len(ln.queue) >= ln.d.maxQueue {
 		ln.mu.Unlock()
-		return false
+		return false, false
 	}
 	ln.queue = append(ln.queue, c)
 	batch := ln.take()
 	ln.mu.Unlock()
+	if len(batch) == 1 && batch[0] == c {
+		return true, true
+	}
 	if batch != nil {
 		go ln.run(batch)
 	}
-	return true
+	return false, true
 }
 
 // take removes the next batch from the queue and counts it in flight, or
@@ -210,24 +323,101 @@ func (ln *lane) take() []*call {
 	return batch
 }
 
+// direct makes the round trip of c, its lone call, on the caller's
+// goroutine (see bounded). A caller whose context ends waits for c's
+// timeout at most (the client only reads the context's deadline). It
+// reports false, with c still sent and the lane's slot still held, if the
+// call must be sent again: the caller then waits for it as for any round
+// trip.
+func (ln *lane) direct(ctx context.Context, c *call) (outcome, bool) {
+	failed, held := ln.bounded(ctx, []*call{c})
+	if held != nil {
+		return outcome{}, false
+	}
+	o := <-c.out // bounded decides every call it does not hold
+	if next := ln.next(failed); next != nil {
+		go ln.run(next)
+	}
+	return o, true
+}
+
+// bounded makes batch's round trip on this goroutine, for a client that
+// gives up at a context's deadline: go-redis itself then bounds Redis's
+// silence by the longest timeout of batch, and no goroutine stands between
+// the calls and Redis. It reports whether Redis failed, and returns the
+// calls Redis did not answer in time while this process or its host was too
+// busy to have read the answer: they are left sent, for a round trip that
+// grants them the busy allowance (see trip.wait); their request ids make
+// sure that a request Redis did record is counted once.
+func (ln *lane) bounded(ctx context.Context, batch []*call) (failed bool, held []*call) {
+	busy := recentMeter()
+	rctx, cancel := context.WithTimeout(ctx, maxTimeout(batch))
+	defer cancel()
+	for _, c := range batch {
+		c.arm()
+	}
+	asked, wasBusy := false, false
+	hold := func(err error) bool {
+		if ctx.Err() != nil || !isTimeout(err) {
+			return false
+		}
+		if !asked {
+			asked, wasBusy = true, busy.busy()
+		}
+		return wasBusy
+	}
+	var delivered atomic.Int32
+	return ln.exec(rctx, batch, roundTrips.Add(1), &delivered, hold)
+}
+
+// brokenConn reports whether err is a connection that broke under a
+// command: closed or reset by the peer.
+func brokenConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// isTimeout reports whether err is a deadline passing: a context's, or a
+// connection's read or write deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
 // run sends batch, then the next batches while calls wait.
 func (ln *lane) run(batch []*call) {
 	for batch != nil {
-		failed := ln.roundTrip(batch)
-		ln.mu.Lock()
-		var waiting []*call
-		if failed {
-			// Redis just failed this node: the calls waiting for it are
-			// decided now rather than each paying the timeout again.
-			waiting, ln.queue = ln.queue, nil
-		}
-		ln.inFlight--
-		batch = ln.take()
-		ln.mu.Unlock()
-		for _, c := range waiting {
-			c.finish(queued, outcome{err: errNodeFailed, h: healthUnknown})
-		}
+		// A batch waits on Redis behind the batches ahead of it, which only
+		// trip.wait allows for: its round trip is never bounded directly.
+		failed, _ := ln.start(batch).wait(nil)
+		batch = ln.next(failed)
 	}
+}
+
+// finish waits for the end of t, whose caller left, then sends the next
+// batches while calls wait.
+func (ln *lane) finish(t *trip) {
+	failed, _ := t.wait(nil)
+	ln.run(ln.next(failed))
+}
+
+// next ends a round trip, which failed or not, and returns the next batch
+// to send, if any, counted in flight.
+func (ln *lane) next(failed bool) []*call {
+	ln.mu.Lock()
+	var waiting []*call
+	if failed {
+		// Redis just failed this node: the calls waiting for it are
+		// decided now rather than each paying the timeout again.
+		waiting, ln.queue = ln.queue, nil
+	}
+	ln.inFlight--
+	batch := ln.take()
+	ln.mu.Unlock()
+	for _, c := range waiting {
+		c.finish(queued, outcome{err: errNodeFailed, h: healthUnknown})
+	}
+	return batch
 }
 
 // Telling a silent Redis from a busy one, a busy process or a busy host.
@@ -257,11 +447,22 @@ const (
 	busyAllowance = time.Second
 )
 
-// roundTrip sends batch as one pipeline and delivers each call's outcome,
-// or errNoAnswer to a call whose Redis did not answer within its timeout
-// after the command was sent. It returns once every call has an outcome,
-// and reports whether Redis failed.
-func (ln *lane) roundTrip(batch []*call) bool {
+// trip is one round trip: its batch, sent by a goroutine of exec's, and
+// what wait knows of how late Redis may answer.
+type trip struct {
+	ln     *lane
+	batch  []*call
+	rt     uint64 // the round trip's number, for the breaker
+	cancel context.CancelFunc
+	result chan bool    // exec's report
+	byExec atomic.Int32 // calls exec delivered
+	busy   busyMeter
+	failed bool
+	timer  *time.Timer
+}
+
+// start sends batch on a goroutine of its own and returns its round trip.
+func (ln *lane) start(batch []*call) *trip {
 	rt := roundTrips.Add(1)
 	for _, c := range batch {
 		c.arm()
@@ -276,17 +477,25 @@ func (ln *lane) roundTrip(batch []*call) bool {
 	if longest := maxTimeout(batch); longest > 0 {
 		ctx, cancel = context.WithTimeout(context.Background(), longest+busyAllowance+busyStep)
 	}
-	defer cancel()
-	result := make(chan bool, 1)
-	var byExec atomic.Int32 // calls exec delivered
-	go func() { result <- ln.exec(ctx, batch, rt, &byExec) }()
+	t := &trip{ln: ln, batch: batch, rt: rt, cancel: cancel, result: make(chan bool, 1), busy: recentMeter()}
+	go func() {
+		failed, _ := ln.exec(ctx, batch, rt, &t.byExec, nil)
+		t.result <- failed
+	}()
+	return t
+}
 
-	busy := sinceRecently()
-	graced := make([]bool, len(batch))
-	added := make([]time.Duration, len(batch)) // allowance used for a busy process
-	failed := false
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+// wait delivers each call's outcome, or errNoAnswer to a call whose Redis
+// did not answer within its timeout after the command was sent, and
+// reports whether Redis failed, once every call has an outcome. It returns
+// early with left true when leave is closed (the lone caller waiting on
+// its own round trip left): the round trip is not over, and wait must be
+// called again.
+func (t *trip) wait(leave <-chan struct{}) (failed, left bool) {
+	batch, ln := t.batch, t.ln
+	if t.timer == nil {
+		t.timer = time.NewTimer(time.Hour)
+	}
 	for {
 		var next int64
 		open := false
@@ -301,28 +510,41 @@ func (ln *lane) roundTrip(batch []*call) bool {
 		}
 		if !open {
 			// Every call is answered, timed out or gone. If exec answered
-			// them all it is returning; otherwise it may go on for a while
-			// with nobody to tell.
-			if byExec.Load() == int32(len(batch)) {
-				return <-result
+			// them all it is returning. Otherwise it may go on for a while
+			// with nobody to tell; while the deadline of a call whose
+			// caller left has not passed, its command may yet be answered,
+			// and the round trip keeps its place in flight (and so its
+			// connection counted) until then.
+			if t.byExec.Load() == int32(len(batch)) {
+				return t.end(<-t.result), false
 			}
-			return failed
+			if hold := time.Until(time.Unix(0, latestDeadline(batch))); hold > 0 {
+				t.timer.Reset(hold)
+				select {
+				case f := <-t.result:
+					return t.end(f), false
+				case <-t.timer.C:
+				}
+			}
+			return t.end(false), false
 		}
 		var expired <-chan time.Time
 		if next != 0 {
-			timer.Reset(time.Until(time.Unix(0, next)))
-			expired = timer.C
+			t.timer.Reset(time.Until(time.Unix(0, next)))
+			expired = t.timer.C
 		}
 		select {
-		case f := <-result:
-			return failed || f
+		case f := <-t.result:
+			return t.end(f), false
+		case <-leave:
+			return false, true
 		case <-expired:
 			now := time.Now()
 			late := now.Sub(time.Unix(0, next))
-			if busy.busy() {
+			if t.busy.busy() {
 				late = max(late, busyStep)
 			}
-			for i, c := range batch {
+			for _, c := range batch {
 				d := c.deadline.Load()
 				if d == 0 || d > now.UnixNano() || c.state.Load() != sent {
 					continue
@@ -332,21 +554,39 @@ func (ln *lane) roundTrip(batch []*call) bool {
 					// Redis answers other round trips, and this one waits
 					// behind them in Redis: it is busy, not failing.
 					c.deadline.CompareAndSwap(d, ln.answered.Load()+int64(c.timeout))
-				case late > promptly && added[i] < busyAllowance:
-					added[i] += late
+				case late > promptly && c.added < busyAllowance:
+					c.added += late
 					c.deadline.CompareAndSwap(d, now.Add(late).UnixNano())
-				case !graced[i]:
-					graced[i] = true
+				case !c.graced:
+					c.graced = true
 					c.deadline.CompareAndSwap(d, now.Add(promptly).UnixNano())
-				case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: rt}):
-					failed = true
+				case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: t.rt}):
+					t.failed = true
 				}
 			}
-			if failed {
+			if t.failed {
 				ln.d.reload.maybe()
 			}
 		}
 	}
+}
+
+// end releases the round trip's timer and context, and reports whether
+// Redis failed it, given what exec reported.
+func (t *trip) end(execFailed bool) bool {
+	t.timer.Stop()
+	t.cancel()
+	return t.failed || execFailed
+}
+
+// latestDeadline returns the latest deadline of batch's calls, in
+// UnixNano; 0 if none has one.
+func latestDeadline(batch []*call) int64 {
+	var latest int64
+	for _, c := range batch {
+		latest = max(latest, c.deadline.Load())
+	}
+	return latest
 }
 
 // maxTimeout returns the longest timeout of batch, or 0 if a call has none.
@@ -365,36 +605,18 @@ func maxTimeout(batch []*call) time.Duration {
 // CLUSTERDOWN or TRYAGAIN, within the call's deadline.
 var retryDelays = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond}
 
-// exec sends batch by EVALSHA in one pipeline; resends by EVAL, which
-// also loads the script, the commands the node answered NOSCRIPT; retries
-// CLUSTERDOWN and TRYAGAIN briefly; and delivers each outcome. It reports
+// exec sends batch (see send); resends by EVAL, which also loads the
+// script, the calls the node answered NOSCRIPT; retries CLUSTERDOWN and
+// TRYAGAIN briefly; and delivers each outcome, but for the calls whose
+// error hold (if not nil) keeps: those it returns, undelivered. It reports
 // whether Redis failed the round trip: some calls failed and none was
 // answered (on Cluster a batch can span a failed and a healthy node).
-func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *atomic.Int32) bool {
+func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *atomic.Int32, hold func(error) bool) (failedTrip bool, held []*call) {
 	failed, answered := false, false
 	pending := batch
 	for attempt := 0; len(pending) > 0; attempt++ {
-		pipe := ln.d.pipe()
-		for _, c := range pending {
-			if c.cmd != nil && isNoScript(c.cmd.Err()) {
-				c.cmd = evalCmd(ctx, "eval", allowSource, c.keys, c.args)
-				c.arm() // Redis answered; the resent command has the whole timeout
-			} else {
-				c.cmd = evalCmd(ctx, "evalsha", allowScript.Hash(), c.keys, c.args)
-			}
-			_ = pipe.Process(ctx, c.cmd)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			// go-redis leaves the commands untouched when it gets no
-			// connection (a failed dial, the pool's wait): give them the error.
-			for _, c := range pending {
-				if c.cmd.Err() == nil && c.cmd.Val() == nil {
-					c.cmd.SetErr(err)
-				}
-			}
-		}
-
-		if err := pending[0].cmd.Err(); err == nil || classify(err) == healthOK {
+		ln.send(ctx, pending)
+		if err := pending[0].err; err == nil || classify(err) == healthOK {
 			ln.answered.Store(time.Now().UnixNano())
 		}
 		var again []*call
@@ -403,26 +625,37 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 			if c.state.Load() != sent {
 				continue // timed out or left; nothing to deliver
 			}
-			err := c.cmd.Err()
 			switch {
-			case isNoScript(err) && attempt <= len(retryDelays):
+			case isNoScript(c.err) && attempt <= len(retryDelays):
+				c.arm() // Redis answered; the call sent again has the whole timeout
 				again = append(again, c)
 				continue
-			case retryableReply(err) && attempt < len(retryDelays) && beforeDeadline(c, retryDelays[attempt]):
+			case brokenConn(c.err) && !c.resent && beforeDeadline(c, 0):
+				// The connection broke after the command may have run: send
+				// it once more, whatever the client's own retry policy (newer
+				// go-redis versions do not resend a script). Its request id
+				// makes sure a request Redis did record is counted once.
+				c.resent = true
+				again = append(again, c)
+				continue
+			case retryableReply(c.err) && attempt < len(retryDelays) && beforeDeadline(c, retryDelays[attempt]):
 				again = append(again, c)
 				reload, pause = true, true
 				continue
 			}
-			reply, err := c.cmd.Int64Slice()
-			h := classify(err)
+			h := classify(c.err)
+			if h == healthFailed && hold != nil && hold(c.err) {
+				held = append(held, c)
+				continue
+			}
 			switch h {
 			case healthFailed:
 				failed = true
 			case healthOK:
 				answered = true
 			}
-			reload = reload || shouldReload(err)
-			if c.finish(sent, outcome{reply: reply, err: err, h: h, rt: rt}) {
+			reload = reload || shouldReload(c.err)
+			if c.finish(sent, outcome{reply: c.reply, err: c.err, h: h, rt: rt}) {
 				delivered.Add(1)
 			}
 		}
@@ -432,16 +665,132 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 		if pause {
 			if err := sleepCtx(ctx, retryDelays[attempt]); err != nil {
 				for _, c := range again {
-					if c.finish(sent, outcome{err: c.cmd.Err(), h: healthFailed, rt: rt}) {
+					if c.finish(sent, outcome{err: c.err, h: healthFailed, rt: rt}) {
 						delivered.Add(1)
 					}
 				}
-				return true
+				return true, held
 			}
 		}
 		pending = again
 	}
-	return failed && !answered // a batch that Redis partly answered drains nothing
+	return failed && !answered, held // a batch that Redis partly answered drains nothing
+}
+
+// send runs the allow script for every call of batch, by EVAL for a call
+// whose last answer was NOSCRIPT and otherwise by EVALSHA, and sets each
+// call's reply and error. A lone call is one command; several go to a
+// standalone Redis as one command of the script's batch form, and
+// otherwise as a pipeline.
+func (ln *lane) send(ctx context.Context, batch []*call) {
+	eval := false
+	for _, c := range batch {
+		eval = eval || isNoScript(c.err)
+	}
+	run := ln.d.client.EvalSha
+	script := allowScript.Hash()
+	if eval {
+		run, script = ln.d.client.Eval, allowSource
+	}
+	switch {
+	case len(batch) == 1:
+		c := batch[0]
+		c.reply, c.err = run(ctx, script, c.keys, c.args...).Int64Slice()
+	case ln.d.single && len(batch) <= maxScriptBatch:
+		keys, args := batchCommand(batch)
+		replies, err := run(ctx, script, keys, args...).Slice()
+		for i, c := range batch {
+			c.reply, c.err = batchReply(replies, i, err)
+		}
+	case ln.d.single:
+		// Several script calls of at most maxScriptBatch requests each,
+		// in one pipeline.
+		pipe := ln.d.pipe()
+		var cmds []*redis.Cmd
+		for from := 0; from < len(batch); from += maxScriptBatch {
+			keys, args := batchCommand(batch[from:min(from+maxScriptBatch, len(batch))])
+			name := "evalsha"
+			if eval {
+				name = "eval"
+			}
+			cmd := evalCmd(ctx, name, script, keys, args)
+			cmds = append(cmds, cmd)
+			_ = pipe.Process(ctx, cmd)
+		}
+		_, err := pipe.Exec(ctx)
+		for i, c := range batch {
+			cmd := cmds[i/maxScriptBatch]
+			replies, cerr := cmd.Slice()
+			if cerr == nil && replies == nil && err != nil {
+				cerr = err // no connection: go-redis left the command untouched
+			}
+			c.reply, c.err = batchReply(replies, i%maxScriptBatch, cerr)
+		}
+	default:
+		pipe := ln.d.pipe()
+		cmds := make([]*redis.Cmd, len(batch))
+		for i, c := range batch {
+			if isNoScript(c.err) {
+				cmds[i] = evalCmd(ctx, "eval", allowSource, c.keys, c.args)
+			} else {
+				cmds[i] = evalCmd(ctx, "evalsha", allowScript.Hash(), c.keys, c.args)
+			}
+			_ = pipe.Process(ctx, cmds[i])
+		}
+		_, err := pipe.Exec(ctx)
+		for i, c := range batch {
+			c.reply, c.err = cmds[i].Int64Slice()
+			if c.err == nil && c.reply == nil && err != nil {
+				// go-redis leaves the commands untouched when it gets no
+				// connection (a failed dial, the pool's wait).
+				c.err = err
+			}
+		}
+	}
+}
+
+// batchCommand returns the KEYS and ARGV of allow.lua's batch form
+// deciding every call of batch in order.
+func batchCommand(batch []*call) (keys []string, args []any) {
+	nkeys, nargs := 0, 1
+	for _, c := range batch {
+		nkeys += len(c.keys)
+		nargs += 1 + len(c.args)
+	}
+	keys, args = make([]string, 0, nkeys), make([]any, 0, nargs)
+	args = append(args, "*")
+	for _, c := range batch {
+		keys = append(keys, c.keys...)
+		args = append(args, len(c.keys))
+		args = append(args, c.args...)
+	}
+	return keys, args
+}
+
+// batchReply returns the reply of request i of a batch whose command
+// returned replies and err.
+func batchReply(replies []any, i int, err error) ([]int64, error) {
+	switch {
+	case err != nil:
+		return nil, err
+	case len(replies) <= i:
+		return nil, fmt.Errorf("allow script: a batch reply of %d for more requests", len(replies))
+	}
+	switch r := replies[i].(type) {
+	case error:
+		return nil, r
+	case []any:
+		out := make([]int64, len(r))
+		for j, v := range r {
+			n, ok := v.(int64)
+			if !ok {
+				return nil, fmt.Errorf("allow script: unexpected value %v in a batch reply", v)
+			}
+			out[j] = n
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("allow script: unexpected batch reply %v", replies[i])
 }
 
 // beforeDeadline reports whether c can wait d and still be sent within its

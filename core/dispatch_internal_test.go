@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -38,11 +39,6 @@ func silentListener(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// goredisOnly hides a client's type, so that its limiters send through
-// go-redis's pipelines (the dispatcher) rather than connections of their
-// own, as for a redis.Ring or a wrapper of the user's.
-type goredisOnly struct{ *redis.Client }
-
 // waitFor polls cond for up to 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -65,12 +61,12 @@ func TestQueueFull(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
-	d := dispatcherFor(goredisOnly{rdb})
-	d.maxInFlight, d.maxBatch, d.maxQueue = 1, 1, 2
-	lim, err := New(goredisOnly{rdb}, PerMinute(5), WithTimeout(time.Minute), WithFailurePolicy(FailClosed), WithBreaker(1, time.Minute))
+	lim, err := New(rdb, PerMinute(5), WithTimeout(time.Minute), WithFailurePolicy(FailClosed), WithBreaker(1, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
+	d := lim.disp
+	d.maxInFlight, d.maxBatch, d.maxQueue = 1, 1, 2
 	ctx, cancel := context.WithCancel(t.Context())
 	left := make(chan error, 3)
 	for range 3 {
@@ -117,7 +113,7 @@ func TestLoneCallerLeaves(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1,
 		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
-	d := dispatcherFor(goredisOnly{rdb})
+	d := dispatcherFor(rdb)
 	d.maxInFlight = 1
 	ln := d.lane("")
 	lane := func() (inFlight, queued int) {
@@ -149,6 +145,38 @@ func TestLoneCallerLeaves(t *testing.T) {
 		t.Fatal("the call queued behind the left round trip was not decided within a minute")
 	}
 	waitFor(t, "the lane to empty", func() bool { n, q := lane(); return n == 0 && q == 0 })
+}
+
+// TestDirectCallKeepsTheTimeout sends lone calls, each on its caller's
+// goroutine, through a client that gives up at a context's deadline, to a
+// Redis that never answers: each is decided by the policy once the
+// limiter's timeout passes, long before the client's own ReadTimeout, and
+// counts as a failed round trip, so the breaker opens.
+func TestDirectCallKeepsTheTimeout(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1, ContextTimeoutEnabled: true,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim, err := New(rdb, PerMinute(5), WithTimeout(50*time.Millisecond), WithFailurePolicy(FailClosed), WithBreaker(2, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lim.disp.bounded {
+		t.Fatal("a client with ContextTimeoutEnabled is not taken as giving up at a deadline")
+	}
+	for i := range 2 {
+		start := time.Now()
+		res, err := lim.Allow(t.Context(), "d")
+		if !errors.Is(err, ErrUnavailable) || res.Allowed || !res.Fallback || !isTimeout(err) {
+			t.Fatalf("lone Allow #%d to a silent Redis = %+v, %v; want a fail-closed fallback on a timeout", i+1, res, err)
+		}
+		// The bound is the client's ReadTimeout, which the call must not wait for.
+		if took := time.Since(start); took > 30*time.Second {
+			t.Fatalf("lone Allow #%d took %v: it waited for the client's ReadTimeout", i+1, took)
+		}
+	}
+	if _, err := lim.brk.admit(""); !errors.Is(err, ErrCircuitOpen) {
+		t.Errorf("after two lone calls timed out the breaker = %v, want open", err)
+	}
 }
 
 // TestBreakerIsPerNode fails one node: only its circuit opens.
@@ -203,4 +231,33 @@ func TestLocalLimitsForgetsLeastRecent(t *testing.T) {
 	if res := zero.decide("z", 1, false, now); res.Allowed || res.RetryAfter <= 0 {
 		t.Fatalf("decide with a share of 0 = %+v, want denied", res)
 	}
+}
+
+// TestDispatcherGoesWithItsLimiters makes limiters on clients that the test
+// then drops: their dispatchers, and the registry's entries for them, go
+// once the garbage collector has run, so a process that makes clients as it
+// goes keeps none of them alive.
+func TestDispatcherGoesWithItsLimiters(t *testing.T) {
+	entries := func() int {
+		n := 0
+		dispatchers.Range(func(_, _ any) bool { n++; return true })
+		return n
+	}
+	before := entries()
+	func() {
+		for range 20 {
+			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+			if _, err := New(rdb, PerMinute(5)); err != nil {
+				t.Fatal(err)
+			}
+			_ = rdb.Close()
+		}
+	}()
+	if got := entries(); got < before+20 {
+		t.Fatalf("after 20 limiters on 20 clients the registry holds %d entries, want at least %d", got, before+20)
+	}
+	waitFor(t, "the dropped clients' dispatchers to go", func() bool {
+		runtime.GC()
+		return entries() <= before
+	})
 }

@@ -80,30 +80,19 @@
 //
 // # Connections and batching
 //
-// For a *redis.Client (Sentinel's from redis.NewFailoverClient included)
-// and a *redis.ClusterClient, a Limiter sends its decisions over
-// connections of its own, at most four per Redis node, dialed with the
-// client's options: its Dialer (and so its TLS settings and Sentinel's
-// primary lookup), Username, Password or CredentialsProvider, DB and
-// ClientName. Every Limiter on one client shares them. A call on an idle
-// connection is written at once and its caller reads the reply itself, with
-// no goroutine in between; calls that arrive while others are out wait in
-// the connection's buffer and go out together in one write as soon as the
-// reader waits for Redis again, so a burst of 1,000 calls costs a few dozen
-// writes. On a standalone Redis the calls that go out together are one
-// EVALSHA of the script's batch form, decided in order under one TIME, each
-// with its own reply or error. Commands and replies are encoded and parsed in place: an admitted
-// decision allocates only its Result. Each decision keeps its own request
-// id, and a caller whose context ends leaves at once; its reply is read and
-// dropped by the next reader.
-//
-// These connections bypass go-redis's hooks, so tracing or metrics hooks
-// on the client do not see the limiter's scripts (WithObserver does). They
-// close when the client is closed (within 100 ms) or unused for a minute.
-// A client with an OnConnect hook, a credentials source this package
-// cannot read, or of any other type (a *redis.Ring, a UniversalClient of
-// your own) is used through go-redis instead, with the same batching into
-// pipelines of up to 128 EVALSHA and four round trips in flight per node.
+// Every decision goes through the go-redis client given to New, whatever
+// its type, so its hooks see every script and its pool, dialer, TLS,
+// credentials, Limiter, retries and timeouts apply. A caller that finds
+// nothing else in flight to its Redis node sends its own command. Calls
+// that arrive while round trips are out wait and leave together, at most
+// 128 a round trip and 4 round trips in flight per node (1 on a
+// *redis.Conn): on a standalone Redis (a *redis.Client, Sentinel's included)
+// as one EVALSHA of the script's batch form, decided in order under one
+// TIME, each request with its own reply or error; on a Cluster or a Ring as
+// a pipeline of EVALSHA. Every Limiter on one client shares its round trips.
+// Each decision keeps its own request id, and a caller whose context ends
+// leaves at once. MOVED and ASK are left to go-redis, which follows them for
+// a ClusterClient only.
 //
 // # Failures
 //

@@ -38,8 +38,18 @@ var errNodeFailed = errors.New("redis failed while the call waited to be sent")
 // calls as it may.
 var errQueueFull = errors.New("dispatch queue full")
 
-// unavailablePrefixes are the replies of a Redis that cannot serve now.
-var unavailablePrefixes = []string{"CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN", "READONLY"}
+// unavailablePrefixes are the replies of a Redis that cannot serve the
+// limiter: now (a cluster reconfiguring, a replica, a loading or busy
+// server, full memory, failed persistence), or until someone changes its
+// configuration (credentials or ACL rules, a full client table), which
+// must open the breaker just the same rather than cost a connection or a
+// command per call.
+var unavailablePrefixes = []string{
+	"CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN", "READONLY", "BUSY", "OOM", "MISCONF",
+	"NOREPLICAS", "WRONGPASS", "NOAUTH", "NOPERM",
+	// ERR replies, which redis.HasErrorPrefix reads without their "ERR ".
+	"max number of clients", "AUTH", "Client sent AUTH", "invalid password", "DB index is out of range", "invalid DB index",
+}
 
 // classify tells what err, the outcome of a command the limiter sent with a
 // deadline of its own, says about Redis.
@@ -80,13 +90,13 @@ func unavailableReply(err error) bool {
 // retryableReply reports whether err is worth sending again in a moment,
 // within the call's bound: the cluster is reconfiguring.
 func retryableReply(err error) bool {
-	return redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN")
+	return err != nil && (redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN"))
 }
 
 // redirect reports whether err is a MOVED or ASK reply that go-redis did
 // not follow to the end.
 func redirect(err error) bool {
-	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
 }
 
 // reloadEvery is the least time between two slot-map reloads the limiter

@@ -29,17 +29,11 @@ type Limiter struct {
 	client  redis.Scripter
 	bounded bool // the client itself gives up at a context's deadline
 	cfg     config
-	own     limitSet // the limits of New and WithLimits
-	// The limiter's own connections send as many keys as quota and window
-	// pairs: suffixes are the log's key's end after the identity's tag, as
-	// many times as the pairs, and quotaTail the pairs.
-	suffixes  []string
-	quotaTail []byte
-	deny      *denyCache   // nil when WithDenyCache(0)
-	wire      *wire        // the limiter's own connections; nil to send through go-redis
-	disp      *dispatcher  // nil for a client that cannot pipeline
-	brk       *breaker     // nil when disabled
-	local     *localLimits // FailLocal's log; nil under other policies
+	own     limitSet     // the limits of New and WithLimits
+	deny    *denyCache   // nil when WithDenyCache(0)
+	disp    *dispatcher  // nil for a client that cannot pipeline
+	brk     *breaker     // nil when disabled
+	local   *localLimits // FailLocal's log; nil under other policies
 }
 
 // New returns a Limiter that enforces limit, and any limits added by
@@ -77,20 +71,8 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{client: client, cfg: cfg, own: own, bounded: honoursDeadlines(client), deny: newDenyCache(cfg.deny)}
-	for i := range own.limits {
-		l.suffixes = append(l.suffixes, "}")
-		l.quotaTail = appendBulkInt(l.quotaTail, int64(own.limits[i].Quota))
-		switch w := own.args[2*i+1].(type) {
-		case int64:
-			l.quotaTail = appendBulkInt(l.quotaTail, w)
-		case string:
-			l.quotaTail = appendBulk(l.quotaTail, w)
-		}
-	}
 	l.brk = newBreaker(cfg.failures, cfg.cooldown)
-	if l.wire = wireFor(client); l.wire == nil {
-		l.disp = dispatcherFor(client)
-	}
+	l.disp = dispatcherFor(client)
 	if cfg.policy == FailLocal {
 		l.local = newLocalLimits(cfg.limits, cfg.replicas, cfg.localCapacity)
 	}
@@ -207,20 +189,10 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string,
 	if err != nil {
 		return l.observe(ctx, identity, n, start, Result{Limit: set.limits[0]}, err)
 	}
-	var reply []int64
-	if l.wire != nil && own {
-		var c *wcall
-		c, err = l.evalWire(ctx, tag, n, id, l.now())
-		if c != nil {
-			defer l.wire.put(c)
-			reply = c.reply
-		}
-	} else {
-		args := make([]any, 0, 3+len(set.args))
-		args = append(args, n, id, l.now())
-		args = append(args, set.args...)
-		reply, err = l.eval(ctx, []string{logKey(l.cfg.prefix, tag)}, args)
-	}
+	args := make([]any, 0, 3+len(set.args))
+	args = append(args, n, id, l.now())
+	args = append(args, set.args...)
+	reply, err := l.eval(ctx, []string{logKey(l.cfg.prefix, tag)}, args)
 	if err != nil {
 		res, err := l.fallback(identity, n, id, fmt.Errorf("allow script: %w", err))
 		return l.observe(ctx, identity, n, start, res, err)

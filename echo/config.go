@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 	"github.com/slidelimit/slidelimit/core/httplimit"
 )
 
@@ -141,25 +142,10 @@ var DefaultConfig = Config{
 
 // withDefaults returns cfg with its zero fields taken from DefaultConfig.
 func withDefaults(cfg Config) Config {
-	if cfg.IdentifierExtractor == nil {
-		cfg.IdentifierExtractor = DefaultConfig.IdentifierExtractor
-		if cfg.IPv6Prefix != 0 {
-			cfg.IdentifierExtractor = ClientIP{IPv6Prefix: cfg.IPv6Prefix}.Key
-		}
+	if cfg.IdentifierExtractor == nil && cfg.IPv6Prefix != 0 {
+		cfg.IdentifierExtractor = ClientIP{IPv6Prefix: cfg.IPv6Prefix}.Key
 	}
-	if cfg.DenyHandler == nil {
-		cfg.DenyHandler = DefaultConfig.DenyHandler
-	}
-	if cfg.ErrorHandler == nil {
-		cfg.ErrorHandler = DefaultConfig.ErrorHandler
-	}
-	if cfg.ErrorHook == nil {
-		cfg.ErrorHook = DefaultConfig.ErrorHook
-	}
-	if cfg.Failed == nil {
-		cfg.Failed = DefaultConfig.Failed
-	}
-	return cfg
+	return adapter.WithDefaults(cfg, DefaultConfig)
 }
 
 // DefaultDenyHandler returns an *echo.HTTPError with code 429 Too Many

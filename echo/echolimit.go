@@ -3,16 +3,12 @@ package echolimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 )
-
-// errNoLimiter is the error when neither NewWithConfig nor Config.Limiter
-// gives a limiter for a request.
-var errNoLimiter = errors.New("echolimit: no limiter for the request: NewWithConfig got nil and Config.Limiter returned nil")
 
 // New returns middleware that limits requests with lim, configured by
 // DefaultConfig: one unit per request, keyed by client IP. It is
@@ -52,62 +48,31 @@ func New(lim *slidelimit.Limiter) echo.MiddlewareFunc {
 // concurrent use.
 func NewWithConfig(lim *slidelimit.Limiter, config Config) echo.MiddlewareFunc {
 	cfg := withDefaults(config)
+	f := &adapter.Flow[echo.Context]{
+		Name: "echolimit", Limiter: lim, Limiters: cfg.Limiter, Skip: cfg.Skipper,
+		Key: cfg.IdentifierExtractor, Cost: cfg.Cost,
+		SetHeaders:   func(c echo.Context, res slidelimit.Result) { cfg.Headers.SetHeader(res, c.Response().Header()) },
+		Hook:         func(_ context.Context, c echo.Context, err error) { cfg.ErrorHook(c, err) },
+		RefundFailed: cfg.SkipFailedRequests, RefundSuccessful: cfg.SkipSuccessfulRequests, Failed: cfg.Failed,
+	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if cfg.Skipper != nil && cfg.Skipper(c) {
-				return next(c)
-			}
-			l := lim
-			if cfg.Limiter != nil {
-				if chosen := cfg.Limiter(c); chosen != nil {
-					l = chosen
-				}
-			}
-			if l == nil {
-				return cfg.fail(c, errNoLimiter)
-			}
-			id, err := cfg.IdentifierExtractor(c)
-			if err != nil {
-				return cfg.fail(c, fmt.Errorf("echolimit: identifier: %w", err))
-			}
-			cost := 1
-			if cfg.Cost != nil {
-				cost = cfg.Cost(c)
-			}
-
 			ctx := c.Request().Context()
-			res, err := l.AllowN(ctx, id, cost)
-			cfg.Headers.SetHeader(res, c.Response().Header())
-			if err != nil {
-				if !res.Allowed {
-					return cfg.fail(c, err)
-				}
-				cfg.ErrorHook(c, err)
-			} else if !res.Allowed {
-				return cfg.DenyHandler(c, res)
+			d := f.Decide(ctx, c)
+			switch d.Verdict {
+			case adapter.Deny:
+				return cfg.DenyHandler(c, d.Result)
+			case adapter.Fail:
+				return cfg.ErrorHandler(c, d.Err)
 			}
-
-			if res.Fallback || !cfg.SkipFailedRequests && !cfg.SkipSuccessfulRequests {
+			if !f.Refunds(d) {
 				return next(c)
 			}
-			err = next(c)
-			failed := cfg.Failed(status(c, err))
-			if failed && cfg.SkipFailedRequests || !failed && cfg.SkipSuccessfulRequests {
-				// The client may be gone; the refund is still owed, bounded
-				// by the limiter's timeout.
-				if rerr := l.Refund(context.WithoutCancel(ctx), res); rerr != nil {
-					cfg.ErrorHook(c, fmt.Errorf("echolimit: refund: %w", rerr))
-				}
-			}
+			err := next(c)
+			f.Finish(ctx, c, d, status(c, err))
 			return err
 		}
 	}
-}
-
-// fail reports err and answers the request with the error handler.
-func (cfg *Config) fail(c echo.Context, err error) error {
-	cfg.ErrorHook(c, err)
-	return cfg.ErrorHandler(c, err)
 }
 
 // status returns the status the response has, or will have once err, the

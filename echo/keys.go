@@ -3,10 +3,11 @@ package echolimit
 import (
 	"fmt"
 	"net/netip"
-	"net/textproto"
 
 	"github.com/labstack/echo/v4"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
+	"github.com/slidelimit/slidelimit/core/httplimit"
 )
 
 // ClientIP keys requests by client IP, found by slidelimit.ClientIP, the
@@ -33,12 +34,7 @@ type ClientIP slidelimit.ClientIP
 // Addr returns the client IP of c's request, and false if its RemoteAddr
 // holds no IP address.
 func (ip ClientIP) Addr(c echo.Context) (netip.Addr, bool) {
-	r := c.Request()
-	peer, ok := slidelimit.PeerAddr(r.RemoteAddr)
-	if !ok {
-		return peer, false
-	}
-	return slidelimit.ClientIP(ip).Addr(peer, r.Header.Values), true
+	return httplimit.ClientIP(ip).Addr(c.Request())
 }
 
 // Key returns the identity of c's client, slidelimit.IPIdentity of Addr,
@@ -46,12 +42,7 @@ func (ip ClientIP) Addr(c echo.Context) (netip.Addr, bool) {
 // extractor. A request without a client IP is an error wrapping
 // slidelimit.ErrInvalidKey.
 func (ip ClientIP) Key(c echo.Context) (string, error) {
-	r := c.Request()
-	peer, ok := slidelimit.PeerAddr(r.RemoteAddr)
-	if !ok {
-		return "", fmt.Errorf("%w: echolimit: no client IP for RemoteAddr %q", slidelimit.ErrInvalidKey, r.RemoteAddr)
-	}
-	return slidelimit.ClientIP(ip).Identity(peer, r.Header.Values)
+	return httplimit.ClientIP(ip).Key(c.Request())
 }
 
 // KeyByIP keys a request by its peer address with IPv6 grouped by /64:
@@ -92,13 +83,8 @@ func KeyByRealIP(c echo.Context) (string, error) {
 // key after, or together with, the middleware that validates the key, or
 // clients get a fresh quota for every value they invent.
 func KeyByHeader(name string, opts ...slidelimit.SecretOption) func(c echo.Context) (string, error) {
-	return func(c echo.Context) (string, error) {
-		v := c.Request().Header.Get(name)
-		if v == "" {
-			return "", fmt.Errorf("%w: echolimit: no %s header", slidelimit.ErrInvalidKey, textproto.CanonicalMIMEHeaderKey(name))
-		}
-		return slidelimit.HeaderIdentity(name, v, opts...), nil
-	}
+	key := httplimit.KeyByHeader(name, opts...)
+	return func(c echo.Context) (string, error) { return key(c.Request()) }
 }
 
 // KeyByContext returns an identifier extractor that keys a request by the
@@ -141,20 +127,7 @@ func KeyByRoute(c echo.Context) (string, error) {
 // JoinKeys(KeyByRoute, KeyByIP) gives each client one quota per route.
 // The first error is returned.
 func JoinKeys(keys ...func(c echo.Context) (string, error)) func(c echo.Context) (string, error) {
-	return func(c echo.Context) (string, error) {
-		if len(keys) == 0 {
-			return "", fmt.Errorf("%w: echolimit: JoinKeys has no key functions", slidelimit.ErrInvalidKey)
-		}
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			id, err := k(c)
-			if err != nil {
-				return "", err
-			}
-			parts[i] = id
-		}
-		return slidelimit.JoinIdentities(parts...), nil
-	}
+	return adapter.JoinKeys(keys...)
 }
 
 // FirstKey returns an identifier extractor that keys a request by the first
@@ -163,17 +136,5 @@ func JoinKeys(keys ...func(c echo.Context) (string, error)) func(c echo.Context)
 // key by the key and the others by their IP. If none does, it returns the
 // last error.
 func FirstKey(keys ...func(c echo.Context) (string, error)) func(c echo.Context) (string, error) {
-	return func(c echo.Context) (string, error) {
-		err := fmt.Errorf("%w: echolimit: FirstKey has no key functions", slidelimit.ErrInvalidKey)
-		for _, k := range keys {
-			var id string
-			if id, err = k(c); err == nil && id != "" {
-				return id, nil
-			}
-		}
-		if err == nil {
-			err = fmt.Errorf("%w: echolimit: every key function returned an empty identity", slidelimit.ErrInvalidKey)
-		}
-		return "", err
-	}
+	return adapter.FirstKey(keys...)
 }

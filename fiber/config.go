@@ -6,6 +6,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 	"github.com/slidelimit/slidelimit/core/httplimit"
 )
 
@@ -141,25 +142,10 @@ func configDefault(config ...Config) Config {
 		return ConfigDefault
 	}
 	cfg := config[0]
-	if cfg.KeyGenerator == nil {
-		cfg.KeyGenerator = ConfigDefault.KeyGenerator
-		if cfg.IPv6Prefix != 0 {
-			cfg.KeyGenerator = ClientIP{IPv6Prefix: cfg.IPv6Prefix}.Key
-		}
+	if cfg.KeyGenerator == nil && cfg.IPv6Prefix != 0 {
+		cfg.KeyGenerator = ClientIP{IPv6Prefix: cfg.IPv6Prefix}.Key
 	}
-	if cfg.LimitReached == nil {
-		cfg.LimitReached = ConfigDefault.LimitReached
-	}
-	if cfg.ErrorHandler == nil {
-		cfg.ErrorHandler = ConfigDefault.ErrorHandler
-	}
-	if cfg.ErrorHook == nil {
-		cfg.ErrorHook = ConfigDefault.ErrorHook
-	}
-	if cfg.Failed == nil {
-		cfg.Failed = ConfigDefault.Failed
-	}
-	return cfg
+	return adapter.WithDefaults(cfg, ConfigDefault)
 }
 
 // DefaultLimitReached answers 429 Too Many Requests with the

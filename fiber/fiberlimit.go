@@ -3,22 +3,12 @@ package fiberlimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
 	slidelimit "github.com/slidelimit/slidelimit/core"
-)
-
-// Errors the handler passes to ErrorHandler and ErrorHook for a request it
-// cannot decide; httplimit.FailureStatus maps both to 500.
-var (
-	// errNoLimiter is the error when neither New nor Config.Limiter gives
-	// a limiter for a request.
-	errNoLimiter = errors.New("fiberlimit: no limiter for the request: New got nil and Config.Limiter returned nil")
-	// errEmptyKey is the error when KeyGenerator returns "".
-	errEmptyKey = fmt.Errorf("%w: fiberlimit: KeyGenerator returned an empty key", slidelimit.ErrInvalidKey)
+	"github.com/slidelimit/slidelimit/core/adapter"
 )
 
 // New returns a fiber.Handler that limits requests with lim:
@@ -47,65 +37,35 @@ var (
 // safe for concurrent use.
 func New(lim *slidelimit.Limiter, config ...Config) fiber.Handler {
 	cfg := configDefault(config...)
-	cloneKey := !ownKeyGenerator(cfg.KeyGenerator)
-	return func(c *fiber.Ctx) error {
-		if cfg.Next != nil && cfg.Next(c) {
-			return c.Next()
-		}
-		l := lim
-		if cfg.Limiter != nil {
-			if chosen := cfg.Limiter(c); chosen != nil {
-				l = chosen
-			}
-		}
-		if l == nil {
-			return cfg.fail(c, errNoLimiter)
-		}
+	key := cfg.KeyGenerator
+	if !ownKeyGenerator(key) {
 		// Fiber reuses the bytes of c.Get and c.Params once the handler
 		// returns; the identity may outlive it in an observer or a log.
-		id := cfg.KeyGenerator(c)
-		if cloneKey {
-			id = strings.Clone(id)
+		key = func(c *fiber.Ctx) string { return strings.Clone(cfg.KeyGenerator(c)) }
+	}
+	f := &adapter.Flow[*fiber.Ctx]{
+		Name: "fiberlimit", Limiter: lim, Limiters: cfg.Limiter, Skip: cfg.Next,
+		Key: adapter.Strict(key), Cost: cfg.Cost,
+		SetHeaders:   func(c *fiber.Ctx, res slidelimit.Result) { cfg.Headers.Write(res, c.Set) },
+		Hook:         func(_ context.Context, c *fiber.Ctx, err error) { cfg.ErrorHook(c, err) },
+		RefundFailed: cfg.SkipFailedRequests, RefundSuccessful: cfg.SkipSuccessfulRequests, Failed: cfg.Failed,
+	}
+	return func(c *fiber.Ctx) error {
+		ctx := c.UserContext()
+		d := f.Decide(ctx, c)
+		switch d.Verdict {
+		case adapter.Deny:
+			return cfg.LimitReached(c, d.Result)
+		case adapter.Fail:
+			return cfg.ErrorHandler(c, d.Err)
 		}
-		if id == "" {
-			return cfg.fail(c, errEmptyKey)
-		}
-		cost := 1
-		if cfg.Cost != nil {
-			cost = cfg.Cost(c)
-		}
-
-		res, err := l.AllowN(c.UserContext(), id, cost)
-		cfg.Headers.Write(res, c.Set)
-		if err != nil {
-			if !res.Allowed {
-				return cfg.fail(c, err)
-			}
-			cfg.ErrorHook(c, err)
-		} else if !res.Allowed {
-			return cfg.LimitReached(c, res)
-		}
-
-		if res.Fallback || !cfg.SkipFailedRequests && !cfg.SkipSuccessfulRequests {
+		if !f.Refunds(d) {
 			return c.Next()
 		}
-		err = c.Next()
-		failed := cfg.Failed(status(c, err))
-		if failed && cfg.SkipFailedRequests || !failed && cfg.SkipSuccessfulRequests {
-			// The client may be gone; the refund is still owed, bounded by
-			// the limiter's timeout.
-			if rerr := l.Refund(context.WithoutCancel(c.UserContext()), res); rerr != nil {
-				cfg.ErrorHook(c, fmt.Errorf("fiberlimit: refund: %w", rerr))
-			}
-		}
+		err := c.Next()
+		f.Finish(ctx, c, d, status(c, err))
 		return err
 	}
-}
-
-// fail reports err and answers the request with the error handler.
-func (cfg *Config) fail(c *fiber.Ctx, err error) error {
-	cfg.ErrorHook(c, err)
-	return cfg.ErrorHandler(c, err)
 }
 
 // status returns the status the response will have once err, the next

@@ -1,101 +1,105 @@
 package fiberlimit_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
-	"github.com/slidelimit/slidelimit/core/httplimit"
+	"github.com/slidelimit/slidelimit/core/adaptertest"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	fiberlimit "github.com/slidelimit/slidelimit/fiber"
+	"github.com/valyala/fasthttp"
 )
 
-func TestNewFiveThenDenied(t *testing.T) {
-	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), per5)
-	app := newApp()
-	app.Use(fiberlimit.New(lim))
-	app.Get("/ping", ok)
-	c := serve(t, app)
+// TestMain gives the examples a Redis in REDIS_ADDR.
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
-	for i := range 5 {
-		r := c.get("/ping")
-		if r.status != http.StatusOK {
-			t.Fatalf("request %d: status = %d, want 200", i+1, r.status)
-		}
-		want := map[string]string{
-			"RateLimit-Policy":      `"5/10s";q=5;w=10`,
-			"RateLimit":             fmt.Sprintf(`"5/10s";r=%d;t=10`, 4-i),
-			"X-RateLimit-Limit":     "5",
-			"X-RateLimit-Remaining": fmt.Sprint(4 - i),
-			"X-RateLimit-Reset":     "10",
-			"Retry-After":           "",
-		}
-		for name, v := range want {
-			if got := r.header.Get(name); got != v {
-				t.Errorf("request %d: %s = %q, want %q", i+1, name, got, v)
-			}
-		}
-	}
+// per5 is the limit of most tests: 5 per 10 s.
+var per5 = slidelimit.Per(5, 10*time.Second)
 
-	r := c.get("/ping")
-	if r.status != http.StatusTooManyRequests {
-		t.Fatalf("request 6: status = %d, want 429", r.status)
+// newApp returns a Fiber app that does not print its banner.
+func newApp(cfg ...fiber.Config) *fiber.App {
+	c := fiber.Config{}
+	if len(cfg) > 0 {
+		c = cfg[0]
 	}
-	retry := atoi(t, "Retry-After", r.header.Get("Retry-After"))
-	if retry < 1 || retry > 10 {
-		t.Errorf("request 6: Retry-After = %d, want 1..10", retry)
-	}
-	want := map[string]string{
-		"RateLimit-Policy":      `"5/10s";q=5;w=10`,
-		"RateLimit":             fmt.Sprintf(`"5/10s";r=0;t=%d`, retry),
-		"X-RateLimit-Limit":     "5",
-		"X-RateLimit-Remaining": "0",
-		"X-RateLimit-Reset":     fmt.Sprint(retry),
-		"Content-Type":          httplimit.ContentTypeProblem,
-	}
-	for name, v := range want {
-		if got := r.header.Get(name); got != v {
-			t.Errorf("request 6: %s = %q, want %q", name, got, v)
-		}
-	}
-	var p httplimit.Problem
-	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
-		t.Fatalf("request 6: body %q is not a problem document: %v", r.body, err)
-	}
-	if p.Type != httplimit.ProblemTypeQuotaExceeded || p.Status != 429 || p.Policy != "5/10s" || p.RetryAfter != int64(retry) {
-		t.Errorf("request 6: problem = %+v, want type quota-exceeded, status 429, policy 5/10s, retry_after %d", p, retry)
-	}
+	c.DisableStartupMessage = true
+	return fiber.New(c)
 }
 
-func TestNewIsolatesKeys(t *testing.T) {
-	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), per5)
-	app := newApp()
-	app.Use(fiberlimit.New(lim, fiberlimit.Config{KeyGenerator: fiberlimit.KeyByHeader("X-API-Key")}))
-	app.Get("/ping", ok)
-	c := serve(t, app)
+// ok answers 200 "ok".
+func ok(c *fiber.Ctx) error { return c.SendString("ok") }
 
-	for range 5 {
-		c.get("/ping", "X-API-Key", "alice")
+// client sends requests to an app served on a real loopback listener, so
+// that c.IP() sees a real peer address (app.Test's is always 0.0.0.0).
+type client struct {
+	t    *testing.T
+	base string
+	http *http.Client
+}
+
+// serve starts app on 127.0.0.1 and shuts it down when the test ends.
+func serve(t *testing.T, app *fiber.App) *client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("net.Listen() error = %v", err)
 	}
-	if r := c.get("/ping", "X-API-Key", "alice"); r.status != http.StatusTooManyRequests {
-		t.Errorf("alice's 6th request: status = %d, want 429", r.status)
+	done := make(chan error, 1)
+	go func() { done <- app.Listener(ln) }()
+	tr := &http.Transport{}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		if err := app.ShutdownWithTimeout(5 * time.Second); err != nil {
+			t.Errorf("app.Shutdown() error = %v", err)
+		}
+		_ = ln.Close() // in case the shutdown came before the server accepted
+		if err := <-done; err != nil {
+			t.Errorf("app.Listener() error = %v", err)
+		}
+	})
+	return &client{t: t, base: "http://" + ln.Addr().String(), http: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+}
+
+// response is what a test checks of an answer.
+type response struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// get sends GET path with the given header fields, name then value.
+func (c *client) get(path string, header ...string) response {
+	c.t.Helper()
+	req, err := http.NewRequestWithContext(c.t.Context(), http.MethodGet, c.base+path, nil)
+	if err != nil {
+		c.t.Fatalf("http.NewRequest(%s) error = %v", path, err)
 	}
-	r := c.get("/ping", "X-API-Key", "bob")
-	if r.status != http.StatusOK || r.header.Get("X-RateLimit-Remaining") != "4" {
-		t.Errorf("bob's 1st request: status %d, X-RateLimit-Remaining %q, want 200, 4",
-			r.status, r.header.Get("X-RateLimit-Remaining"))
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
 	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatalf("GET %s error = %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatalf("GET %s: read body: %v", path, err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: string(body)}
 }
 
 func TestClientIP(t *testing.T) {
@@ -162,8 +166,8 @@ func TestClientIP(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var obs observed
-			lim := newLimiter(t, rdb, per5, slidelimit.WithObserver(obs.observe))
+			var obs adaptertest.Observed
+			lim := adaptertest.NewLimiter(t, rdb, per5, slidelimit.WithObserver(obs.Observe))
 			app := newApp(tt.app)
 			app.Use(fiberlimit.New(lim, tt.config))
 			app.Get("/ping", ok)
@@ -172,7 +176,7 @@ func TestClientIP(t *testing.T) {
 			if r := c.get("/ping", "X-Forwarded-For", tt.xff); r.status != http.StatusOK {
 				t.Fatalf("GET /ping: status = %d, want 200", r.status)
 			}
-			if got := obs.identities(); !slices.Equal(got, []string{tt.want}) {
+			if got := obs.Identities(); !slices.Equal(got, []string{tt.want}) {
 				t.Errorf("identities = %q, want [%q]", got, tt.want)
 			}
 		})
@@ -181,8 +185,8 @@ func TestClientIP(t *testing.T) {
 
 func TestKeyCopiedOutOfFiberBuffers(t *testing.T) {
 	t.Parallel()
-	var obs observed
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(1000, time.Minute), slidelimit.WithObserver(obs.observe))
+	var obs adaptertest.Observed
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.Per(1000, time.Minute), slidelimit.WithObserver(obs.Observe))
 	app := newApp()
 	app.Use(fiberlimit.New(lim, fiberlimit.Config{KeyGenerator: func(c *fiber.Ctx) string {
 		return c.Get("X-API-Key") // a view into a buffer Fiber reuses
@@ -196,40 +200,14 @@ func TestKeyCopiedOutOfFiberBuffers(t *testing.T) {
 		want = append(want, key)
 		c.get("/ping", "X-API-Key", key)
 	}
-	if got := obs.identities(); !slices.Equal(got, want) {
+	if got := obs.Identities(); !slices.Equal(got, want) {
 		t.Errorf("identities kept after the requests = %q, want %q", got, want)
-	}
-}
-
-func TestNewNextSkips(t *testing.T) {
-	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), per5)
-	app := newApp()
-	app.Use(fiberlimit.New(lim, fiberlimit.Config{
-		Next: func(c *fiber.Ctx) bool { return c.Path() == "/healthz" },
-	}))
-	app.Get("/healthz", ok)
-	app.Get("/ping", ok)
-	c := serve(t, app)
-
-	for range 7 {
-		r := c.get("/healthz")
-		if r.status != http.StatusOK {
-			t.Fatalf("GET /healthz: status = %d, want 200", r.status)
-		}
-		noQuotaHeaders(t, "GET /healthz", r)
-	}
-	if got := remaining(t, lim, "ip:127.0.0.1"); got != 5 {
-		t.Errorf("remaining after skipped requests = %d, want 5", got)
-	}
-	if r := c.get("/ping"); r.header.Get("X-RateLimit-Remaining") != "4" {
-		t.Errorf("GET /ping: X-RateLimit-Remaining = %q, want 4", r.header.Get("X-RateLimit-Remaining"))
 	}
 }
 
 func TestNewCustomLimitReached(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
 	app := newApp()
 	app.Use(fiberlimit.New(lim, fiberlimit.Config{
 		LimitReached: func(c *fiber.Ctx, res slidelimit.Result) error {
@@ -253,8 +231,8 @@ func TestNewCustomLimitReached(t *testing.T) {
 func TestNewPerRouteLimits(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	general := newLimiter(t, rdb, per5)
-	search := newLimiter(t, rdb, slidelimit.Per(2, 10*time.Second))
+	general := adaptertest.NewLimiter(t, rdb, per5)
+	search := adaptertest.NewLimiter(t, rdb, slidelimit.Per(2, 10*time.Second))
 
 	t.Run("Limiter chooses per request", func(t *testing.T) {
 		t.Parallel()
@@ -299,93 +277,10 @@ func checkPolicies(t *testing.T, c *client, test string) {
 	}
 }
 
-func TestNewMultipleLimits(t *testing.T) {
-	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), per5, slidelimit.WithLimits(slidelimit.Per(2, time.Minute)))
-	app := newApp()
-	app.Use(fiberlimit.New(lim))
-	app.Get("/ping", ok)
-	c := serve(t, app)
-
-	const policy = `"5/10s";q=5;w=10, "2/1m";q=2;w=60`
-	for i, want := range []string{`"5/10s";r=4;t=10, "2/1m";r=1;t=60`, `"5/10s";r=3;t=10, "2/1m";r=0;t=60`} {
-		r := c.get("/ping")
-		if r.status != 200 || r.header.Get("RateLimit-Policy") != policy || r.header.Get("RateLimit") != want {
-			t.Errorf("request %d = %d, RateLimit-Policy %q, RateLimit %q; want 200, %q, %q",
-				i+1, r.status, r.header.Get("RateLimit-Policy"), r.header.Get("RateLimit"), policy, want)
-		}
-		if got := r.header.Get("X-RateLimit-Limit"); got != "2" {
-			t.Errorf("request %d: X-RateLimit-Limit = %q, want 2 (the limit with fewest left)", i+1, got)
-		}
-	}
-	r := c.get("/ping")
-	if r.status != http.StatusTooManyRequests {
-		t.Fatalf("request 3: status = %d, want 429", r.status)
-	}
-	retry := atoi(t, "Retry-After", r.header.Get("Retry-After"))
-	if retry < 50 || retry > 60 || r.header.Get("X-RateLimit-Limit") != "2" || !strings.Contains(r.body, `"policy":"2/1m"`) {
-		t.Errorf("request 3: Retry-After %d, X-RateLimit-Limit %q, body %q; want 50..60, 2, policy 2/1m",
-			retry, r.header.Get("X-RateLimit-Limit"), r.body)
-	}
-}
-
-func TestNewRefunds(t *testing.T) {
-	t.Parallel()
-	rdb := redistest.Client(t)
-	tests := []struct {
-		name   string
-		config fiberlimit.Config
-		// path → remaining units after one request to it
-		want map[string]int
-	}{
-		{
-			name: "count-all",
-			want: map[string]int{"/ok": 4, "/bad": 4, "/missing": 4, "/boom": 4},
-		},
-		{
-			name:   "skip-failed",
-			config: fiberlimit.Config{SkipFailedRequests: true},
-			want:   map[string]int{"/ok": 4, "/bad": 5, "/missing": 5, "/boom": 5},
-		},
-		{
-			name:   "skip-successful",
-			config: fiberlimit.Config{SkipSuccessfulRequests: true},
-			want:   map[string]int{"/ok": 5, "/bad": 4, "/missing": 4, "/boom": 4},
-		},
-		{
-			name:   "skip-failed-5xx",
-			config: fiberlimit.Config{SkipFailedRequests: true, Failed: func(status int) bool { return status >= 500 }},
-			want:   map[string]int{"/ok": 4, "/bad": 4, "/missing": 4, "/boom": 5},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			lim := newLimiter(t, rdb, per5)
-			cfg := tt.config
-			cfg.KeyGenerator = fiberlimit.KeyByHeader("X-Test")
-			app := newApp()
-			app.Use(fiberlimit.New(lim, cfg))
-			app.Get("/ok", ok)
-			app.Get("/bad", func(c *fiber.Ctx) error { return c.Status(http.StatusBadRequest).SendString("bad") })
-			app.Get("/missing", func(*fiber.Ctx) error { return fiber.ErrNotFound })
-			app.Get("/boom", func(*fiber.Ctx) error { return errors.New("boom") })
-			c := serve(t, app)
-
-			for path, want := range tt.want {
-				c.get(path, "X-Test", path)
-				if got := remaining(t, lim, slidelimit.HeaderIdentity("X-Test", path)); got != want {
-					t.Errorf("remaining after GET %s = %d, want %d", path, got, want)
-				}
-			}
-		})
-	}
-}
-
 func TestUndecidable(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	lim := newLimiter(t, rdb, per5)
+	lim := adaptertest.NewLimiter(t, rdb, per5)
 	tests := []struct {
 		name   string
 		lim    *slidelimit.Limiter
@@ -399,9 +294,9 @@ func TestUndecidable(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var hook hookErrors
+			var hook adaptertest.ErrorLog
 			cfg := tt.config
-			cfg.ErrorHook = hook.hook
+			cfg.ErrorHook = func(_ *fiber.Ctx, err error) { hook.Hook(err) }
 			app := newApp()
 			app.Use(fiberlimit.New(tt.lim, cfg))
 			app.Get("/ping", ok)
@@ -411,7 +306,7 @@ func TestUndecidable(t *testing.T) {
 			if r.status != http.StatusInternalServerError || r.body != "Internal Server Error" {
 				t.Errorf("GET /ping = %d %q, want 500 Internal Server Error", r.status, r.body)
 			}
-			errs := hook.all()
+			errs := hook.Take()
 			if len(errs) != 1 || tt.want != nil && !errors.Is(errs[0], tt.want) {
 				t.Errorf("ErrorHook got %v, want one error wrapping %v", errs, tt.want)
 			}
@@ -419,76 +314,236 @@ func TestUndecidable(t *testing.T) {
 	}
 }
 
-func TestNewRedisDown(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		policy     slidelimit.FailurePolicy
-		wantStatus int
-		wantRetry  string
-	}{
-		{slidelimit.FailOpen, http.StatusOK, ""},
-		{slidelimit.FailClosed, http.StatusServiceUnavailable, "1"},
+// TestMiddlewareAllocations pins what the middleware costs an admitted
+// request beyond Fiber's own, served as Fiber's server serves it: at most
+// adaptertest.MaxAddedAllocs allocations, Redis's round trip through
+// go-redis included.
+func TestMiddlewareAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops items at random")
 	}
-	for _, tt := range tests {
-		t.Run(tt.policy.String(), func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.StartServer(t)
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			t.Cleanup(func() { _ = rdb.Close() })
-			lim := newLimiter(t, rdb, per5, slidelimit.WithFailurePolicy(tt.policy))
-			var hook hookErrors
+	lim := benchLimiter(t)
+	peer := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 41000}
+	perRequest := func(mw ...fiber.Handler) float64 {
+		app := newApp()
+		app.Get("/", append(mw, ok)...)
+		serve := app.Handler()
+		var req fasthttp.Request
+		req.Header.SetMethod(http.MethodGet)
+		req.SetRequestURI("/")
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, peer, nil)
+		return testing.AllocsPerRun(200, func() {
+			ctx.Response.Reset()
+			serve(&ctx)
+			if code := ctx.Response.StatusCode(); code != http.StatusOK {
+				t.Fatalf("GET / = %d, want 200", code)
+			}
+		})
+	}
+	bare, limited := perRequest(), perRequest(fiberlimit.New(lim))
+	t.Logf("allocations per admitted request: %.1f bare, %.1f behind the limiter", bare, limited)
+	if limited-bare > adaptertest.MaxAddedAllocs+0.05 {
+		t.Errorf("the middleware adds %.2f allocations to an admitted request, want at most %d", limited-bare, adaptertest.MaxAddedAllocs)
+	}
+}
+
+// BenchmarkMiddleware serves GET / bare and behind the middleware (every
+// request admitted, against the test Redis) through the app's
+// fasthttp handler, as Fiber's server calls it: with -benchmem, the
+// difference in allocs/op is what the limiter adds, go-redis included.
+// app.Test would add its client's parsing of the response, whose cost
+// grows with every header line the limiter sets; BenchmarkAppTest keeps
+// that figure.
+func BenchmarkMiddleware(b *testing.B) {
+	lim := benchLimiter(b)
+	peer := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 41000}
+	for _, tc := range []struct {
+		name string
+		mw   []fiber.Handler
+	}{{"bare", nil}, {"limited", []fiber.Handler{fiberlimit.New(lim)}}} {
+		b.Run(tc.name, func(b *testing.B) {
 			app := newApp()
-			app.Use(fiberlimit.New(lim, fiberlimit.Config{ErrorHook: hook.hook}))
-			app.Get("/ping", ok)
-			c := serve(t, app)
-
-			if r := c.get("/ping"); r.status != http.StatusOK || r.header.Get("RateLimit") != `"5/10s";r=4;t=10` {
-				t.Fatalf("Redis up: GET /ping = %d, RateLimit %q, want 200, \"5/10s\";r=4;t=10", r.status, r.header.Get("RateLimit"))
-			}
-
-			srv.Stop()
-			r := c.get("/ping")
-			if r.status != tt.wantStatus || r.header.Get("Retry-After") != tt.wantRetry {
-				t.Errorf("Redis down: GET /ping = %d, Retry-After %q, want %d, %q", r.status, r.header.Get("Retry-After"), tt.wantStatus, tt.wantRetry)
-			}
-			if tt.wantStatus == http.StatusServiceUnavailable && r.body != "Service Unavailable" {
-				t.Errorf("Redis down: body = %q, want Service Unavailable", r.body)
-			}
-			noQuotaHeaders(t, "Redis down", r)
-			if errs := hook.all(); len(errs) != 1 || !errors.Is(errs[0], slidelimit.ErrUnavailable) {
-				t.Errorf("Redis down: ErrorHook got %v, want one error wrapping ErrUnavailable", errs)
-			}
-
-			// The restarted server is empty: the first request that reaches
-			// it is the first of a new window.
-			srv.Restart()
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				r := c.get("/ping")
-				if r.status == http.StatusOK && r.header.Get("RateLimit") == `"5/10s";r=4;t=10` {
-					break
+			app.Get("/", append(tc.mw, ok)...)
+			serve := app.Handler()
+			var req fasthttp.Request
+			req.Header.SetMethod(http.MethodGet)
+			req.SetRequestURI("/")
+			var ctx fasthttp.RequestCtx
+			ctx.Init(&req, peer, nil)
+			b.ReportAllocs()
+			for range b.N {
+				ctx.Response.Reset()
+				serve(&ctx)
+				if code := ctx.Response.StatusCode(); code != http.StatusOK {
+					b.Fatalf("GET / = %d, want 200", code)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("Redis back: GET /ping = %d, RateLimit %q, want 200, \"5/10s\";r=4;t=10 within 10s",
-						r.status, r.header.Get("RateLimit"))
-				}
-				time.Sleep(20 * time.Millisecond)
 			}
 		})
 	}
 }
 
-func TestNewRedisCluster(t *testing.T) {
-	t.Parallel()
-	lim := newLimiter(t, redistest.ClusterClient(t), per5)
-	app := newApp()
-	app.Use(fiberlimit.New(lim))
-	app.Get("/ping", ok)
-	c := serve(t, app)
+// BenchmarkAppTest is BenchmarkMiddleware through app.Test, which also
+// writes the request and parses the response with net/http.
+func BenchmarkAppTest(b *testing.B) {
+	lim := benchLimiter(b)
+	for _, tc := range []struct {
+		name string
+		mw   []fiber.Handler
+	}{{"bare", nil}, {"limited", []fiber.Handler{fiberlimit.New(lim)}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			app := newApp()
+			app.Get("/", append(tc.mw, ok)...)
+			b.ReportAllocs()
+			for range b.N {
+				req := httptest.NewRequest(http.MethodGet, "/", nil)
+				resp, err := app.Test(req, -1)
+				if err != nil || resp.StatusCode != http.StatusOK {
+					b.Fatalf("GET / = %v, %v, want 200", resp, err)
+				}
+				_ = resp.Body.Close()
+			}
+		})
+	}
+}
 
-	for i, want := range []int{200, 200, 200, 200, 200, 429} {
-		if r := c.get("/ping"); r.status != want || r.header.Get("X-RateLimit-Remaining") != fmt.Sprint(max(0, 4-i)) {
-			t.Errorf("GET /ping #%d = %d, X-RateLimit-Remaining %q; want %d, %d", i+1, r.status, r.header.Get("X-RateLimit-Remaining"), want, max(0, 4-i))
+// benchLimiter returns a limiter whose quota no benchmark run reaches.
+func benchLimiter(b testing.TB) *slidelimit.Limiter {
+	return adaptertest.NewLimiter(b, redistest.Client(b), slidelimit.PerMinute(slidelimit.MaxQuota))
+}
+
+// serveScenario sends the requests of sc to c, from its loopback peer,
+// and counts the admitted ones by client.
+func serveScenario(t *testing.T, c *client, sc redistest.ClientIPScenario) map[string]int {
+	t.Helper()
+	admitted := map[string]int{}
+	for _, r := range sc.Requests {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, c.base+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range r.Header {
+			req.Header.Add(f[0], f[1])
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			t.Fatalf("GET / error = %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			admitted[r.Client]++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("status %d, want 200 or 429", resp.StatusCode)
 		}
 	}
+	return admitted
+}
+
+// TestFiberIPCaveats records why ClientIP is the documented key behind a
+// proxy: with Fiber's own ProxyHeader (X-Real-IP, trusted proxy check and
+// IP validation on), an IPv4-mapped X-Real-IP is keyed as the proxy, and
+// behind a proxy that sends only X-Forwarded-For all clients share the
+// proxy's quota or, as here, believes the X-Real-IP each client forges. It
+// fails if Fiber ever gets these right, so that the caveats of KeyByFiberIP
+// are updated.
+func TestFiberIPCaveats(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	for _, sc := range redistest.ClientIPScenarios() {
+		if sc.Name != "IPv4-mapped X-Real-IP" && sc.Name != "X-Forwarded-For-only proxy, several clients" {
+			continue
+		}
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel()
+			fiberApp := newApp(fiber.Config{ProxyHeader: "X-Real-Ip", EnableTrustedProxyCheck: true, TrustedProxies: []string{"127.0.0.1"}, EnableIPValidation: true})
+			fiberApp.Use(fiberlimit.New(adaptertest.NewLimiter(t, rdb, slidelimit.Per(redistest.ClientIPLimit, time.Minute)), fiberlimit.Config{KeyGenerator: fiberlimit.KeyByFiberIP}))
+			fiberApp.Get("/", ok)
+			theirs := serveScenario(t, serve(t, fiberApp), sc)
+			t.Logf("%s, limit %d per client: KeyByFiberIP (ProxyHeader X-Real-IP) admitted %v; ClientIP.Key admits %v", sc.Name, redistest.ClientIPLimit, theirs, sc.Want)
+			if maps.Equal(theirs, sc.Want) {
+				t.Errorf("KeyByFiberIP admitted exactly %v: Fiber resolves this now; update the caveats of KeyByFiberIP", theirs)
+			}
+		})
+	}
+}
+
+func TestKeyGenerators(t *testing.T) {
+	t.Parallel()
+	apiKey := fiberlimit.KeyByHeader("x-api-key")
+	tests := []struct {
+		name   string
+		key    func(*fiber.Ctx) string
+		locals any // stored under "user" unless nil
+		header string
+		want   string
+	}{
+		{name: "ip", key: fiberlimit.KeyByIP, want: "ip:0.0.0.0"},
+		{name: "header", key: apiKey, header: "k1", want: slidelimit.HeaderIdentity("X-API-Key", "k1")},
+		{name: "header-missing", key: apiKey, want: ""},
+		{name: "locals-string", key: fiberlimit.KeyByLocals("user"), locals: "u-1", want: "user:u-1"},
+		{name: "locals-int", key: fiberlimit.KeyByLocals("user"), locals: 42, want: "user:42"},
+		{name: "locals-missing", key: fiberlimit.KeyByLocals("user"), want: ""},
+		{name: "locals-bad-type", key: fiberlimit.KeyByLocals("user"), locals: struct{}{}, want: ""},
+		{name: "route", key: fiberlimit.KeyByRoute, want: "route:GET /items/:id"},
+		{name: "join", key: fiberlimit.JoinKeys(apiKey, fiberlimit.KeyByIP), header: "k|1", want: slidelimit.HeaderIdentity("X-API-Key", "k|1") + "|ip:0.0.0.0"},
+		{name: "join-one-empty", key: fiberlimit.JoinKeys(apiKey, fiberlimit.KeyByIP), want: ""},
+		{name: "join-none", key: fiberlimit.JoinKeys(), want: ""},
+		{name: "first-header", key: fiberlimit.FirstKey(apiKey, fiberlimit.KeyByIP), header: "k1", want: slidelimit.HeaderIdentity("X-API-Key", "k1")},
+		{name: "first-fallback", key: fiberlimit.FirstKey(apiKey, fiberlimit.KeyByIP), want: "ip:0.0.0.0"},
+		{name: "first-none", key: fiberlimit.FirstKey(), want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			app := newApp()
+			app.Get("/items/:id", func(c *fiber.Ctx) error {
+				if tt.locals != nil {
+					c.Locals("user", tt.locals)
+				}
+				return c.SendString(tt.key(c))
+			})
+			req := httptest.NewRequest(http.MethodGet, "/items/7", nil)
+			if tt.header != "" {
+				req.Header.Set("X-API-Key", tt.header)
+			}
+			if got := body(t, app, req); got != tt.want {
+				t.Errorf("key = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestKeyByRouteInUse pins down what KeyByRoute documents: in app.Use, the
+// route is the Use prefix, not the handler's route.
+func TestKeyByRouteInUse(t *testing.T) {
+	t.Parallel()
+	app := newApp()
+	var got string
+	app.Use(func(c *fiber.Ctx) error {
+		got = fiberlimit.KeyByRoute(c)
+		return c.Next()
+	})
+	app.Get("/items/:id", ok)
+	body(t, app, httptest.NewRequest(http.MethodGet, "/items/7", nil))
+	if want := "route:GET /"; got != want {
+		t.Errorf("KeyByRoute in app.Use = %q, want %q", got, want)
+	}
+}
+
+// body returns the body app answers req with.
+func body(t *testing.T, app *fiber.App, req *http.Request) string {
+	t.Helper()
+	resp, err := app.Test(req, -1)
+	if err != nil {
+		t.Fatalf("app.Test(%s) error = %v", req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return string(b)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 )
 
 // ClientIP keys requests by client IP, found by slidelimit.ClientIP, the
@@ -168,18 +169,16 @@ func KeyByRoute(c *fiber.Ctx) string {
 // JoinKeys(KeyByRoute, KeyByIP) gives each client one quota per route. If
 // any key is empty, the joined key is empty too.
 func JoinKeys(keys ...func(c *fiber.Ctx) string) func(c *fiber.Ctx) string {
-	return func(c *fiber.Ctx) string {
-		if len(keys) == 0 {
-			return ""
-		}
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			if parts[i] = k(c); parts[i] == "" {
-				return ""
-			}
-		}
-		return slidelimit.JoinIdentities(parts...)
+	return adapter.Lenient(adapter.JoinKeys(strict(keys)...))
+}
+
+// strict turns KeyGenerators into key functions that fail on "".
+func strict(keys []func(c *fiber.Ctx) string) []func(*fiber.Ctx) (string, error) {
+	out := make([]func(*fiber.Ctx) (string, error), len(keys))
+	for i, k := range keys {
+		out[i] = adapter.Strict(k)
 	}
+	return out
 }
 
 // FirstKey returns a KeyGenerator that keys a request by the first of keys
@@ -187,12 +186,5 @@ func JoinKeys(keys ...func(c *fiber.Ctx) string) func(c *fiber.Ctx) string {
 // clients with an API key by the key and the others by their IP. If every
 // key is empty, so is the result.
 func FirstKey(keys ...func(c *fiber.Ctx) string) func(c *fiber.Ctx) string {
-	return func(c *fiber.Ctx) string {
-		for _, k := range keys {
-			if id := k(c); id != "" {
-				return id
-			}
-		}
-		return ""
-	}
+	return adapter.Lenient(adapter.FirstKey(strict(keys)...))
 }

@@ -3,10 +3,11 @@ package ginlimit
 import (
 	"fmt"
 	"net/netip"
-	"net/textproto"
 
 	"github.com/gin-gonic/gin"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
+	"github.com/slidelimit/slidelimit/core/httplimit"
 )
 
 // KeyFunc returns the identity a request is limited by: requests with the
@@ -40,11 +41,7 @@ type ClientIP slidelimit.ClientIP
 // Addr returns the client IP of c's request, and false if its RemoteAddr
 // holds no IP address.
 func (ip ClientIP) Addr(c *gin.Context) (netip.Addr, bool) {
-	peer, ok := slidelimit.PeerAddr(c.Request.RemoteAddr)
-	if !ok {
-		return peer, false
-	}
-	return slidelimit.ClientIP(ip).Addr(peer, c.Request.Header.Values), true
+	return httplimit.ClientIP(ip).Addr(c.Request)
 }
 
 // Key returns the identity of c's client, slidelimit.IPIdentity of Addr,
@@ -52,11 +49,7 @@ func (ip ClientIP) Addr(c *gin.Context) (netip.Addr, bool) {
 // request without a client IP is an error wrapping
 // slidelimit.ErrInvalidKey.
 func (ip ClientIP) Key(c *gin.Context) (string, error) {
-	peer, ok := slidelimit.PeerAddr(c.Request.RemoteAddr)
-	if !ok {
-		return "", fmt.Errorf("%w: ginlimit: no client IP for RemoteAddr %q", slidelimit.ErrInvalidKey, c.Request.RemoteAddr)
-	}
-	return slidelimit.ClientIP(ip).Identity(peer, c.Request.Header.Values)
+	return httplimit.ClientIP(ip).Key(c.Request)
 }
 
 // KeyByIP keys a request by its peer address with IPv6 grouped by /64:
@@ -108,13 +101,8 @@ func KeyByClientIP(c *gin.Context) (string, error) {
 // Limit by an API key after, or together with, the handler that validates
 // it, or clients get a fresh quota for every value they invent.
 func KeyByHeader(name string, opts ...slidelimit.SecretOption) KeyFunc {
-	return func(c *gin.Context) (string, error) {
-		v := c.GetHeader(name)
-		if v == "" {
-			return "", fmt.Errorf("%w: ginlimit: no %s header", slidelimit.ErrInvalidKey, textproto.CanonicalMIMEHeaderKey(name))
-		}
-		return slidelimit.HeaderIdentity(name, v, opts...), nil
-	}
+	key := httplimit.KeyByHeader(name, opts...)
+	return func(c *gin.Context) (string, error) { return key(c.Request) }
 }
 
 // KeyByContext keys a request by the value stored under key with c.Set,
@@ -150,17 +138,7 @@ func KeyByRoute(c *gin.Context) (string, error) {
 // slidelimit.JoinIdentities: JoinKeys(KeyByRoute, KeyByIP) gives a client
 // one quota per route. The first error is returned.
 func JoinKeys(keys ...KeyFunc) KeyFunc {
-	return func(c *gin.Context) (string, error) {
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			id, err := k(c)
-			if err != nil {
-				return "", err
-			}
-			parts[i] = id
-		}
-		return slidelimit.JoinIdentities(parts...), nil
-	}
+	return adapter.JoinKeys(keys...)
 }
 
 // FirstKey keys a request by the first of keys that returns a non-empty
@@ -168,17 +146,5 @@ func JoinKeys(keys ...KeyFunc) KeyFunc {
 // limits signed-in users by user and the others by IP. If none does, it
 // returns the last error.
 func FirstKey(keys ...KeyFunc) KeyFunc {
-	return func(c *gin.Context) (string, error) {
-		err := fmt.Errorf("%w: ginlimit: FirstKey has no key functions", slidelimit.ErrInvalidKey)
-		for _, k := range keys {
-			var id string
-			if id, err = k(c); err == nil && id != "" {
-				return id, nil
-			}
-		}
-		if err == nil {
-			err = fmt.Errorf("%w: ginlimit: every key function returned an empty identity", slidelimit.ErrInvalidKey)
-		}
-		return "", err
-	}
+	return adapter.FirstKey(keys...)
 }

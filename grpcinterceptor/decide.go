@@ -8,6 +8,7 @@ import (
 	"time"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -28,14 +29,42 @@ type verdict struct {
 	// md holds the rate-limit fields: for the response headers when err is
 	// nil, for the trailers otherwise. It may be nil.
 	md metadata.MD
-	// res is the limiter's decision, for a refund; lim made it.
-	res slidelimit.Result
-	lim *slidelimit.Limiter
+	// d is the flow's decision, for a refund.
+	d adapter.Decision
+}
+
+// rpc is a call as the decision flow sees it.
+type rpc struct {
+	ctx  context.Context
+	call Call
+}
+
+// newFlow sets up c.flow, the decision flow every adapter of this project
+// runs, over calls.
+func (c *config) newFlow() {
+	c.flow = adapter.Flow[rpc]{
+		Name:     "grpclimit",
+		Limiters: func(r rpc) *slidelimit.Limiter { return c.limiterFor(r.ctx, r.call) },
+		Optional: true, // a method without a limiter is not limited
+		Skip:     func(r rpc) bool { return c.skipped(r.ctx, r.call) },
+		Key:      func(r rpc) (string, error) { return c.key(r.ctx, r.call) },
+		Hook: func(ctx context.Context, r rpc, err error) {
+			if keyStatus(err) != nil || ctx.Err() != nil && !errors.As(err, new(*adapter.KeyError)) {
+				return // the caller's to fix, or gone
+			}
+			c.report(ctx, r.call.FullMethod, err)
+		},
+		RefundFailed: c.refundFail, RefundSuccessful: c.refundOK,
+		Failed: func(code int) bool { return c.failed(codes.Code(code)) },
+	}
+	if c.cost != nil {
+		c.flow.Cost = func(r rpc) int { return c.cost(r.ctx, r.call) }
+	}
 }
 
 // newCall describes the call to key functions and selectors.
-func (c *config) newCall(ctx context.Context, fullMethod string) Call {
-	return Call{FullMethod: fullMethod, ClientIP: c.clientIP(ctx)}
+func (c *config) newCall(ctx context.Context, fullMethod string) rpc {
+	return rpc{ctx, Call{FullMethod: fullMethod, ClientIP: c.clientIP(ctx)}}
 }
 
 // skipped reports whether call is exempt from every limit.
@@ -57,76 +86,77 @@ func (c *config) limiterFor(ctx context.Context, call Call) *slidelimit.Limiter 
 	return c.limiter
 }
 
-// identify returns the identity key gives call, or the status to refuse
-// the call with.
-func (c *config) identify(ctx context.Context, call Call, key KeyFunc) (string, error) {
-	id, err := key(ctx, call)
-	if err == nil {
-		return id, nil
+// identify returns the identity key gives r, or the status to refuse the
+// call with, reporting what is the server's to fix.
+func (c *config) identify(r rpc, key KeyFunc) (string, error) {
+	f := c.flow
+	f.Key = func(r rpc) (string, error) { return key(r.ctx, r.call) }
+	id, err := f.Identify(r)
+	if err != nil {
+		f.Hook(r.ctx, r, err)
+		return "", c.refusal(r.ctx, adapter.Decision{Verdict: adapter.Fail, Err: err})
+	}
+	return id, nil
+}
+
+// keyStatus returns the status of a call whose key function failed with
+// err, a *adapter.KeyError, when the failure is the caller's (a status
+// other than codes.Internal or codes.Unknown); nil for any other error.
+func keyStatus(err error) *status.Status {
+	var ke *adapter.KeyError
+	if !errors.As(err, &ke) {
+		return nil
 	}
 	var st *status.Status
-	if s, ok := status.FromError(err); ok {
+	if s, ok := status.FromError(ke.Err); ok {
 		st = s
-	} else if errors.Is(err, ErrNoIdentity) {
-		st = status.New(codes.Unauthenticated, err.Error())
-	} else {
-		st = status.New(codes.Internal, "grpclimit: cannot identify the caller")
+	} else if errors.Is(ke.Err, ErrNoIdentity) {
+		st = status.New(codes.Unauthenticated, ke.Err.Error())
 	}
-	if st.Code() == codes.Internal || st.Code() == codes.Unknown {
-		c.report(ctx, call.FullMethod, fmt.Errorf("grpclimit: key: %w", err))
+	if st == nil || st.Code() == codes.Internal || st.Code() == codes.Unknown {
+		return nil
 	}
-	return "", st.Err()
+	return st
 }
 
-// costOf returns the units call takes, by WithCost.
-func (c *config) costOf(ctx context.Context, call Call) int {
-	if c.cost == nil {
-		return 1
-	}
-	return c.cost(ctx, call)
-}
-
-// check counts n units for id against lim. With headers, an allowed call's
-// verdict carries its rate-limit fields for the response headers.
-func (c *config) check(ctx context.Context, fullMethod string, lim *slidelimit.Limiter, id string, n int, headers bool) verdict {
-	res, err := lim.AllowN(ctx, id, n)
-	switch {
-	case err == nil && res.Allowed:
+// verdictOf returns what to do with the call the flow decided d. With
+// headers, an allowed call's verdict carries its rate-limit fields for the
+// response headers.
+func (c *config) verdictOf(ctx context.Context, d adapter.Decision, headers bool) verdict {
+	switch d.Verdict {
+	case adapter.Pass:
+		return verdict{}
+	case adapter.Admit:
 		if !headers || c.noHeaders {
-			return verdict{res: res, lim: lim}
+			return verdict{d: d}
 		}
-		return verdict{md: c.fields(res), res: res, lim: lim}
-	case err == nil:
-		return verdict{err: exhausted(res), md: c.trailer(res)}
-	case ctx.Err() != nil:
-		// The caller is gone or out of time: nothing to report.
-		return verdict{err: status.FromContextError(ctx.Err()).Err()}
+		return verdict{md: c.fields(d.Result), d: d} // none for a fallback
+	case adapter.Deny:
+		return verdict{err: exhausted(d.Result), md: c.trailer(d.Result)}
 	}
-	c.report(ctx, fullMethod, err)
-	if !errors.Is(err, slidelimit.ErrUnavailable) {
-		// An empty identity from a custom KeyFunc, or a cost out of
-		// range: a server fault.
-		return verdict{err: status.Error(codes.Internal, "grpclimit: cannot limit the call")}
+	if errors.Is(d.Err, slidelimit.ErrUnavailable) && ctx.Err() == nil {
+		return verdict{err: unavailable(d.Result), md: c.trailer(d.Result)}
 	}
-	if res.Allowed {
-		return verdict{} // fail-open: a fallback claims no quota, so no fields
-	}
-	return verdict{err: unavailable(res), md: c.trailer(res)}
+	return verdict{err: c.refusal(ctx, d)}
 }
 
-// refund gives back the units of v, an admitted call that ended with err,
-// when WithRefundFailed or WithRefundSuccessful asks for it.
-func (c *config) refund(ctx context.Context, fullMethod string, v verdict, err error) {
-	if !c.refundFail && !c.refundOK || v.lim == nil || !v.res.Allowed || v.res.Fallback {
-		return
+// refusal returns the status of a call the flow failed for another reason
+// than a Redis failure under fail-closed.
+func (c *config) refusal(ctx context.Context, d adapter.Decision) error {
+	if st := keyStatus(d.Err); st != nil {
+		return st.Err()
 	}
-	if failed := c.failed(status.Code(err)); failed && c.refundFail || !failed && c.refundOK {
-		// The caller may be gone; the refund is still owed, bounded by the
-		// limiter's timeout.
-		if rerr := v.lim.Refund(context.WithoutCancel(ctx), v.res); rerr != nil {
-			c.report(ctx, fullMethod, fmt.Errorf("grpclimit: refund: %w", rerr))
-		}
+	var ke *adapter.KeyError
+	switch {
+	case errors.As(d.Err, &ke):
+		return status.Error(codes.Internal, "grpclimit: cannot identify the caller")
+	case ctx.Err() != nil:
+		// The caller is gone or out of time.
+		return status.FromContextError(ctx.Err()).Err()
 	}
+	// An empty identity from a custom KeyFunc, or a cost out of range: a
+	// server fault.
+	return status.Error(codes.Internal, "grpclimit: cannot limit the call")
 }
 
 func (c *config) report(ctx context.Context, fullMethod string, err error) {

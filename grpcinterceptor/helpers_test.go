@@ -112,11 +112,18 @@ func startServer(t *testing.T, unary []grpc.UnaryServerInterceptor, stream []grp
 	)
 	gs.RegisterService(&echoDesc, s.echo)
 	healthpb.RegisterHealthServer(gs, health.NewServer())
+	s.addr = serveGRPC(t, gs)
+	return s
+}
+
+// serveGRPC serves gs on a free port of 127.0.0.1 until the test ends and
+// returns its address.
+func serveGRPC(t *testing.T, gs *grpc.Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	s.addr = ln.Addr().String()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -127,7 +134,7 @@ func startServer(t *testing.T, unary []grpc.UnaryServerInterceptor, stream []grp
 		gs.Stop()
 		wg.Wait()
 	})
-	return s
+	return ln.Addr().String()
 }
 
 // dial connects to addr without TLS.
@@ -221,43 +228,4 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// hookErrors collects what an ErrorHook receives.
-type hookErrors struct {
-	mu   sync.Mutex
-	errs []error
-}
-
-func (h *hookErrors) hook(_ context.Context, _ string, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.errs = append(h.errs, err)
-}
-
-func (h *hookErrors) all() []error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]error(nil), h.errs...)
-}
-
-// identities records the identities a limiter is asked about.
-type identities struct {
-	mu  sync.Mutex
-	ids []string
-}
-
-func (r *identities) observe(_ context.Context, o slidelimit.Observation) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.ids = append(r.ids, o.Identity)
-}
-
-func (r *identities) last() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.ids) == 0 {
-		return ""
-	}
-	return r.ids[len(r.ids)-1]
 }

@@ -7,6 +7,7 @@ import (
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // UnaryServerInterceptor returns an interceptor that counts each unary call
@@ -37,19 +38,8 @@ import (
 func UnaryServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
 	c := newConfig(lim, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		call := c.newCall(ctx, info.FullMethod)
-		if c.skipped(ctx, call) {
-			return handler(ctx, req)
-		}
-		l := c.limiterFor(ctx, call)
-		if l == nil {
-			return handler(ctx, req)
-		}
-		id, err := c.identify(ctx, call, c.key)
-		if err != nil {
-			return nil, err
-		}
-		v := c.check(ctx, call.FullMethod, l, id, c.costOf(ctx, call), true)
+		r := c.newCall(ctx, info.FullMethod)
+		v := c.verdictOf(ctx, c.flow.Decide(ctx, r), true)
 		if v.err != nil {
 			if len(v.md) > 0 {
 				_ = grpc.SetTrailer(ctx, v.md) // fails only outside a gRPC server
@@ -57,7 +47,7 @@ func UnaryServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.UnaryS
 			return nil, v.err
 		}
 		resp, err := handler(ctx, req)
-		c.refund(ctx, call.FullMethod, v, err)
+		c.flow.Finish(ctx, r, v.d, int(status.Code(err)))
 		if len(v.md) > 0 {
 			// A handler that sent its headers itself leaves SetHeader
 			// failing; the fields then go to the trailers.
@@ -85,36 +75,30 @@ func StreamServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.Strea
 	c := newConfig(lim, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
-		call := c.newCall(ctx, info.FullMethod)
-		if c.skipped(ctx, call) {
+		r := c.newCall(ctx, info.FullMethod)
+		if c.flow.Skip(r) {
 			return handler(srv, ss)
 		}
-		w := &serverStream{ServerStream: ss, c: c, method: info.FullMethod}
-		var callID string // the call key's identity, computed at most once
-		var open verdict  // the stream's opening count, for a refund
-		if l := c.limiterFor(ctx, call); l != nil && !c.noOpenLimit {
-			id, err := c.identify(ctx, call, c.key)
-			if err != nil {
-				return err
-			}
-			callID = id
-			v := c.check(ctx, call.FullMethod, l, id, c.costOf(ctx, call), true)
-			if v.err != nil {
-				if len(v.md) > 0 {
-					ss.SetTrailer(v.md)
+		w := &serverStream{ServerStream: ss, c: c, r: r}
+		var open verdict // the stream's opening count, for a refund
+		if !c.noOpenLimit {
+			open = c.verdictOf(ctx, c.flow.Limit(ctx, r), true)
+			if open.err != nil {
+				if len(open.md) > 0 {
+					ss.SetTrailer(open.md)
 				}
-				return v.err
+				return open.err
 			}
-			w.header, open = v.md, v
+			w.header = open.md
 		}
 		if c.msgLimiter != nil {
-			w.msgLimiter, w.msgID = c.msgLimiter, callID
-			if c.msgKey != nil || callID == "" {
+			w.msgLimiter, w.msgID = c.msgLimiter, open.d.Identity
+			if c.msgKey != nil || w.msgID == "" {
 				key := c.msgKey
 				if key == nil {
 					key = c.key
 				}
-				id, err := c.identify(ctx, call, key)
+				id, err := c.identify(r, key)
 				if err != nil {
 					return err
 				}
@@ -123,11 +107,11 @@ func StreamServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.Strea
 		}
 		if w.header == nil && w.msgLimiter == nil {
 			err := handler(srv, ss) // nothing to add: no wrapper
-			c.refund(ctx, call.FullMethod, open, err)
+			c.flow.Finish(ctx, r, open.d, int(status.Code(err)))
 			return err
 		}
 		err := handler(srv, w)
-		c.refund(ctx, call.FullMethod, open, err)
+		c.flow.Finish(ctx, r, open.d, int(status.Code(err)))
 		if md := w.takeHeader(); md != nil {
 			if err != nil || ss.SetHeader(md) != nil {
 				ss.SetTrailer(md)
@@ -142,7 +126,7 @@ func StreamServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.Strea
 type serverStream struct {
 	grpc.ServerStream
 	c          *config
-	method     string
+	r          rpc
 	msgLimiter *slidelimit.Limiter // nil: messages are not limited
 	msgID      string
 
@@ -185,7 +169,8 @@ func (s *serverStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil || s.msgLimiter == nil {
 		return err
 	}
-	v := s.c.check(s.Context(), s.method, s.msgLimiter, s.msgID, 1, false)
+	ctx := s.Context()
+	v := s.c.verdictOf(ctx, s.c.flow.Check(ctx, s.r, s.msgLimiter, s.msgID, 1), false)
 	if v.err != nil {
 		s.takeHeader() // the stream's fields would contradict the message's
 		if len(v.md) > 0 {

@@ -40,19 +40,7 @@ func NewLimiter(lim *slidelimit.Limiter, opts ...Option) *Limiter {
 // error UnaryServerInterceptor would, after setting the call's trailers.
 func (l *Limiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	call := l.c.newCall(ctx, method)
-	if l.c.skipped(ctx, call) {
-		return nil
-	}
-	lim := l.c.limiterFor(ctx, call)
-	if lim == nil {
-		return nil
-	}
-	id, err := l.c.identify(ctx, call, l.c.key)
-	if err != nil {
-		return err
-	}
-	v := l.c.check(ctx, method, lim, id, l.c.costOf(ctx, call), false)
+	v := l.c.verdictOf(ctx, l.c.flow.Decide(ctx, l.c.newCall(ctx, method)), false)
 	if v.err != nil && len(v.md) > 0 {
 		_ = grpc.SetTrailer(ctx, v.md) // fails only outside a gRPC server
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 	"google.golang.org/grpc/codes"
 )
 
@@ -41,6 +42,7 @@ type config struct {
 	msgLimiter   *slidelimit.Limiter
 	msgKey       KeyFunc
 	onError      ErrorHook
+	flow         adapter.Flow[rpc]
 }
 
 func newConfig(lim *slidelimit.Limiter, opts []Option) *config {
@@ -56,6 +58,7 @@ func newConfig(lim *slidelimit.Limiter, opts []Option) *config {
 			opt(c)
 		}
 	}
+	c.newFlow()
 	return c
 }
 

@@ -9,11 +9,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adaptertest"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
 	"google.golang.org/grpc"
@@ -403,15 +405,15 @@ func TestKeys(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var ids identities
-			lim := newLimiter(t, rdb, slidelimit.PerMinute(10), slidelimit.WithObserver(ids.observe))
+			var ids adaptertest.Observed
+			lim := newLimiter(t, rdb, slidelimit.PerMinute(10), slidelimit.WithObserver(ids.Observe))
 			srv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(lim, tc.opts...)}, nil)
 			r := say(t.Context(), dial(t, srv.addr), "hi", tc.md...)
 			if r.code() != tc.wantCode {
 				t.Fatalf("Say() = %v, want %v", r.err, tc.wantCode)
 			}
-			if tc.wantID != "" && ids.last() != tc.wantID {
-				t.Errorf("identity = %q, want %q", ids.last(), tc.wantID)
+			if got := ids.Identities(); tc.wantID != "" && (len(got) == 0 || got[len(got)-1] != tc.wantID) {
+				t.Errorf("identities = %q, want the last %q", got, tc.wantID)
 			}
 			if tc.wantCode == codes.Internal && strings.Contains(status.Convert(r.err).Message(), "database") {
 				t.Errorf("status message %q leaks the key's error", status.Convert(r.err).Message())
@@ -429,13 +431,15 @@ func TestFailurePolicy(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 
-	var openErrs, closedErrs hookErrors
+	var openErrs, closedErrs adaptertest.ErrorLog
+	openHook := grpclimit.WithErrorHook(func(_ context.Context, _ string, err error) { openErrs.Hook(err) })
+	closedHook := grpclimit.WithErrorHook(func(_ context.Context, _ string, err error) { closedErrs.Hook(err) })
 	open := newLimiter(t, rdb, slidelimit.PerMinute(100), slidelimit.WithTimeout(200*time.Millisecond))
 	closed := newLimiter(t, rdb, slidelimit.PerMinute(100), slidelimit.WithTimeout(200*time.Millisecond),
 		slidelimit.WithFailurePolicy(slidelimit.FailClosed))
-	openSrv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(open, grpclimit.WithErrorHook(openErrs.hook))}, nil)
-	closedSrv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(closed, grpclimit.WithErrorHook(closedErrs.hook))},
-		[]grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(closed, grpclimit.WithErrorHook(closedErrs.hook))})
+	openSrv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(open, openHook)}, nil)
+	closedSrv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(closed, closedHook)},
+		[]grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(closed, closedHook)})
 	openConn, closedConn := dial(t, openSrv.addr), dial(t, closedSrv.addr)
 	ctx := t.Context()
 
@@ -453,7 +457,7 @@ func TestFailurePolicy(t *testing.T) {
 	if got := rateLimitFields(r.header); len(got) != 0 {
 		t.Errorf("fail-open, Redis down: header fields = %v, want none", got)
 	}
-	if errs := openErrs.all(); len(errs) != 1 || !errors.Is(errs[0], slidelimit.ErrUnavailable) {
+	if errs := openErrs.Take(); len(errs) != 1 || !errors.Is(errs[0], slidelimit.ErrUnavailable) {
 		t.Errorf("fail-open, Redis down: hook got %v, want one error wrapping ErrUnavailable", errs)
 	}
 
@@ -477,7 +481,7 @@ func TestFailurePolicy(t *testing.T) {
 	if err := cs.RecvMsg(new(wrapperspb.StringValue)); status.Code(err) != codes.Unavailable {
 		t.Errorf("fail-closed, Redis down: stream = %v, want Unavailable", err)
 	}
-	if errs := closedErrs.all(); len(errs) != 2 || !errors.Is(errs[0], slidelimit.ErrUnavailable) {
+	if errs := closedErrs.Take(); len(errs) != 2 || !errors.Is(errs[0], slidelimit.ErrUnavailable) {
 		t.Errorf("fail-closed, Redis down: hook got %v, want two errors wrapping ErrUnavailable", errs)
 	}
 
@@ -523,4 +527,192 @@ func sorted(s []string) []string {
 
 func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
+}
+
+// middlewareLimiter has the method set of the Limiter interface of
+// go-grpc-middleware v2's ratelimit package, declared here so that the
+// module needs no dependency on it.
+type middlewareLimiter interface {
+	Limit(ctx context.Context) error
+}
+
+var _ middlewareLimiter = (*grpclimit.Limiter)(nil)
+
+// limitInterceptor does what a go-grpc-middleware style interceptor does
+// with a middlewareLimiter: refuse the call with the error Limit returns.
+func limitInterceptor(l middlewareLimiter) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := l.Limit(ctx); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+}
+
+func TestLimiter(t *testing.T) {
+	t.Parallel()
+	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second))
+	l := grpclimit.NewLimiter(lim, grpclimit.WithSkipMethods("grpc.health.v1.Health"))
+	srv := startServer(t, []grpc.UnaryServerInterceptor{limitInterceptor(l)}, nil)
+	conn := dial(t, srv.addr)
+	for i := range 5 {
+		if r := say(t.Context(), conn, "hi"); r.err != nil {
+			t.Fatalf("call %d: Say() = %v, want OK", i+1, r.err)
+		}
+	}
+	r := say(t.Context(), conn, "hi")
+	if r.code() != codes.ResourceExhausted {
+		t.Fatalf("call 6: Say() = %v, want ResourceExhausted", r.err)
+	}
+	if ri, qf := details(r.err); ri == nil || qf == nil {
+		t.Errorf("call 6: details = %v, want RetryInfo and QuotaFailure", status.Convert(r.err).Details())
+	}
+	if got := r.trailer.Get(grpclimit.PushbackKey); len(got) != 1 {
+		t.Errorf("call 6: trailer %s = %q, want one value", grpclimit.PushbackKey, got)
+	}
+	if got := rateLimitFields(r.header); len(got) != 0 {
+		t.Errorf("call 6: header fields = %v, want none", got)
+	}
+}
+
+// TestLimiterOutsideServer calls Limit on a context that is no server's:
+// no peer, no method. It must not panic, and the default key fails.
+func TestLimiterOutsideServer(t *testing.T) {
+	t.Parallel()
+	lim := newLimiter(t, redistest.Client(t), slidelimit.PerMinute(5))
+	err := grpclimit.NewLimiter(lim, grpclimit.WithErrorHook(nil)).Limit(t.Context())
+	if status.Code(err) != codes.Internal {
+		t.Errorf("Limit(background) = %v, want Internal: no peer IP", err)
+	}
+	err = grpclimit.NewLimiter(lim, grpclimit.WithKey(grpclimit.KeyByMethod)).Limit(t.Context())
+	if err != nil {
+		t.Errorf("Limit(background) keyed by method = %v, want nil", err)
+	}
+}
+
+// TestCostAndRefund checks what the conformance suite does not: the
+// refunds by a chosen code, and of streams.
+func TestCostAndRefund(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	tests := []struct {
+		name string
+		opts []grpclimit.Option
+		msgs []string // Say, in order
+		want []codes.Code
+	}{
+		{"failed code chosen", []grpclimit.Option{grpclimit.WithRefundFailed(), grpclimit.WithFailedCode(func(c codes.Code) bool { return c == codes.Unavailable })},
+			[]string{failWord, failWord, failWord, failWord, failWord, failWord},
+			[]codes.Code{codes.FailedPrecondition, codes.FailedPrecondition, codes.FailedPrecondition, codes.FailedPrecondition, codes.FailedPrecondition, codes.ResourceExhausted}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			lim := newLimiter(t, rdb, slidelimit.Per(5, time.Minute))
+			srv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(lim, tt.opts...)}, nil)
+			conn := dial(t, srv.addr)
+			for i, msg := range tt.msgs {
+				if got := say(t.Context(), conn, msg).code(); got != tt.want[i] {
+					t.Fatalf("call %d Say(%q) = %v, want %v", i+1, msg, got, tt.want[i])
+				}
+			}
+		})
+	}
+
+	// Four streams that end cleanly under a limit of 2: with
+	// WithRefundSuccessful each gives its opening back, without it the
+	// third is refused.
+	for _, refund := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream refund %v", refund), func(t *testing.T) {
+			t.Parallel()
+			var opts []grpclimit.Option
+			if refund {
+				opts = append(opts, grpclimit.WithRefundSuccessful())
+			}
+			lim := newLimiter(t, rdb, slidelimit.Per(2, time.Minute))
+			srv := startServer(t, nil, []grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(lim, opts...)})
+			conn := dial(t, srv.addr)
+			ended := 0
+			for i := range 4 {
+				cs, err := conn.NewStream(t.Context(), chatDesc, methodChat)
+				if err != nil {
+					t.Fatalf("stream %d: NewStream() = %v", i+1, err)
+				}
+				if err := cs.CloseSend(); err != nil {
+					t.Fatalf("stream %d: CloseSend() = %v", i+1, err)
+				}
+				switch err := cs.RecvMsg(new(wrapperspb.StringValue)); {
+				case errors.Is(err, io.EOF):
+					ended++
+				case status.Code(err) != codes.ResourceExhausted:
+					t.Fatalf("stream %d: end = %v, want io.EOF or ResourceExhausted", i+1, err)
+				}
+			}
+			if want := map[bool]int{false: 2, true: 4}[refund]; ended != want {
+				t.Errorf("streams that ended cleanly = %d, want %d", ended, want)
+			}
+		})
+	}
+}
+
+// shadowDenials counts the shadow denials a limiter observes.
+type shadowDenials struct{ n atomic.Int64 }
+
+func (s *shadowDenials) observe(_ context.Context, o slidelimit.Observation) {
+	if o.Outcome() == slidelimit.OutcomeShadowDenied {
+		s.n.Add(1)
+	}
+}
+
+// TestShadowStreams opens six streams against a limit of five: in shadow
+// mode all six run, the sixth without rate-limit fields; without it the
+// sixth ends with ResourceExhausted.
+func TestShadowStreams(t *testing.T) {
+	rdb := redistest.Client(t)
+	for _, shadow := range []bool{true, false} {
+		var seen shadowDenials
+		opts := []slidelimit.Option{slidelimit.WithObserver(seen.observe)}
+		if shadow {
+			opts = append(opts, slidelimit.WithShadow())
+		}
+		lim := newLimiter(t, rdb, slidelimit.Per(5, 10*time.Second), opts...)
+		srv := startServer(t, nil, []grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(lim)})
+		conn := dial(t, srv.addr)
+		for i := range 6 {
+			cs, err := conn.NewStream(t.Context(), chatDesc, methodChat)
+			if err != nil {
+				t.Fatalf("shadow %v: stream %d: NewStream: %v", shadow, i+1, err)
+			}
+			_ = cs.SendMsg(wrapperspb.String("hi")) // may fail once the server has refused the stream
+			err = cs.RecvMsg(new(wrapperspb.StringValue))
+			if i == 5 && !shadow {
+				if status.Code(err) != codes.ResourceExhausted {
+					t.Fatalf("stream 6 without shadow mode: RecvMsg = %v, want ResourceExhausted", err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("shadow %v: stream %d: RecvMsg = %v, want a message", shadow, i+1, err)
+			}
+			hdr, err := cs.Header()
+			if err != nil {
+				t.Fatalf("shadow %v: stream %d: Header: %v", shadow, i+1, err)
+			}
+			if got, want := len(rateLimitFields(hdr)) > 0, i < 5; got != want {
+				t.Errorf("shadow %v: stream %d has rate-limit header fields %v, want %v: %v", shadow, i+1, got, want, hdr)
+			}
+			if err := cs.CloseSend(); err != nil {
+				t.Fatalf("shadow %v: stream %d: CloseSend: %v", shadow, i+1, err)
+			}
+			if err := cs.RecvMsg(new(wrapperspb.StringValue)); !errors.Is(err, io.EOF) {
+				t.Fatalf("shadow %v: stream %d: end = %v, want io.EOF", shadow, i+1, err)
+			}
+		}
+		if got, want := seen.n.Load(), map[bool]int64{true: 1, false: 0}[shadow]; got != want {
+			t.Errorf("shadow %v: observer saw %d shadow denials, want %d", shadow, got, want)
+		}
+		if got, want := srv.echo.handled.Load(), map[bool]int64{true: 6, false: 5}[shadow]; got != want {
+			t.Errorf("shadow %v: handler ran %d times, want %d", shadow, got, want)
+		}
+	}
 }

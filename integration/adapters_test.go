@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -183,6 +184,13 @@ func startFiber(t *testing.T, lim *slidelimit.Limiter) string {
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Use(fiberlimit.New(lim, fiberlimit.Config{KeyGenerator: fiberlimit.KeyByHeader(apiKeyHeader)}))
 	app.Get("/ping", func(c *fiber.Ctx) error { return c.SendString(pong) })
+	return serveFiber(t, app)
+}
+
+// serveFiber serves app on a free loopback port until the test ends and
+// returns its base URL.
+func serveFiber(t *testing.T, app *fiber.App) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
@@ -198,6 +206,18 @@ func startFiber(t *testing.T, lim *slidelimit.Limiter) string {
 		}
 	})
 	return "http://" + ln.Addr().String()
+}
+
+// admitted reports whether a response of status code admitted the
+// request: 200 did, 429 did not, and anything else is an error.
+func admitted(code int) (bool, error) {
+	switch code {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusTooManyRequests:
+		return false, nil
+	}
+	return false, fmt.Errorf("status %d, want 200 or 429", code)
 }
 
 func startNetHTTP(t *testing.T, lim *slidelimit.Limiter) string {

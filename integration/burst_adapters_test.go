@@ -45,13 +45,11 @@ func burstAdapters() []burstAdapter {
 					return false, err
 				}
 				resp.Body.Close()
-				switch resp.StatusCode {
-				case http.StatusOK:
-					return true, nil
-				case http.StatusTooManyRequests:
-					return false, nil
+				ok, err := admitted(resp.StatusCode)
+				if err != nil {
+					return false, fmt.Errorf("GET %s: %w", url, err)
 				}
-				return false, fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+				return ok, nil
 			}
 		}
 	}

@@ -69,21 +69,7 @@ func startFleet(t *testing.T, limit slidelimit.Limit, keys fleetKeys) (map[strin
 
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Get("/ping", fiberlimit.New(lim(), fiberlimit.Config{KeyGenerator: keys.fiber}), func(c *fiber.Ctx) error { return c.SendString(pong) })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- app.Listener(ln) }()
-	t.Cleanup(func() {
-		if err := app.Shutdown(); err != nil {
-			t.Errorf("fiber: shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("fiber: serve: %v", err)
-		}
-	})
-	fleet["fiber"] = httpSend(t, "http://"+ln.Addr().String())
+	fleet["fiber"] = httpSend(t, serveFiber(t, app))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(pong)) })
@@ -154,13 +140,7 @@ func httpSend(t *testing.T, base string) fleetSend {
 			return false, err
 		}
 		resp.Body.Close()
-		switch resp.StatusCode {
-		case http.StatusOK:
-			return true, nil
-		case http.StatusTooManyRequests:
-			return false, nil
-		}
-		return false, fmt.Errorf("status %d", resp.StatusCode)
+		return admitted(resp.StatusCode)
 	}
 }
 

@@ -181,6 +181,7 @@ func clusterAddrs(nodes map[string]*redistest.Server) []string {
 type clusterNode struct {
 	id, addr, master string
 	flags            []string
+	slots            int // how many hash slots the node serves
 }
 
 func (n clusterNode) is(flag string) bool { return slices.Contains(n.flags, flag) }
@@ -200,7 +201,20 @@ func clusterNodes(ctx context.Context, addr string) ([]clusterNode, error) {
 			continue
 		}
 		addr, _, _ := strings.Cut(f[1], "@")
-		out = append(out, clusterNode{id: f[0], addr: addr, master: f[3], flags: strings.Split(f[2], ",")})
+		n := clusterNode{id: f[0], addr: addr, master: f[3], flags: strings.Split(f[2], ",")}
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				continue // a slot being migrated
+			}
+			lo, hi, found := strings.Cut(r, "-")
+			a, _ := strconv.Atoi(lo)
+			b := a
+			if found {
+				b, _ = strconv.Atoi(hi)
+			}
+			n.slots += b - a + 1
+		}
+		out = append(out, n)
 	}
 	return out, nil
 }

@@ -199,16 +199,16 @@ func runFault(t *testing.T, policy slidelimit.FailurePolicy, f fault) {
 	recovered := tr.awaitRecovery(nil, ended, 500*time.Millisecond, recoveryBound+5*time.Second)
 	ds := tr.stop()
 
+	tally := judgeFallbacks(t, policy, ds, ended)
+	fallbacks, during, after, open := tally.fallbacks, tally.during, tally.fallbacks-tally.during, tally.open
 	var (
-		fallbacks, during, after, open, slow int
-		firstSlow                            decision
-		latencies, openLatencies             []time.Duration
+		slow                     int
+		firstSlow                decision
+		latencies, openLatencies []time.Duration
 	)
-	localAdmits := map[string]int{}
 	for _, d := range ds {
 		latencies = append(latencies, d.latency)
 		if d.open {
-			open++
 			openLatencies = append(openLatencies, d.latency)
 		}
 		if d.latency > faultTimeout+latencyMargin {
@@ -217,48 +217,6 @@ func runFault(t *testing.T, policy slidelimit.FailurePolicy, f fault) {
 			}
 			slow++
 		}
-		if !d.fallback {
-			if d.err != nil {
-				t.Errorf("Allow(%q) = a decision from Redis with error %v", d.identity, d.err)
-			}
-			continue
-		}
-		fallbacks++
-		if d.start.Before(ended) {
-			during++
-		} else {
-			after++
-		}
-		if !errors.Is(d.err, slidelimit.ErrUnavailable) {
-			t.Errorf("Allow(%q) fell back with err = %v, want one wrapping ErrUnavailable", d.identity, d.err)
-		}
-		switch policy {
-		case slidelimit.FailOpen:
-			if !d.allowed {
-				t.Errorf("Allow(%q) fell back and denied under fail-open", d.identity)
-			}
-		case slidelimit.FailClosed:
-			if d.allowed {
-				t.Errorf("Allow(%q) fell back and admitted under fail-closed", d.identity)
-			}
-		case slidelimit.FailLocal:
-			if d.allowed {
-				localAdmits[d.identity]++
-			}
-		}
-	}
-	// FailLocal with one replica holds the whole quota locally; the fault
-	// lasts far less than the window, so no identity may have more. It
-	// must admit some, or it merely failed closed.
-	localTotal := 0
-	for id, n := range localAdmits {
-		localTotal += n
-		if n > faultQuota {
-			t.Errorf("FailLocal admitted %d fallback calls of %q within one window, want at most %d", n, id, faultQuota)
-		}
-	}
-	if policy == slidelimit.FailLocal && during > 0 && localTotal == 0 {
-		t.Errorf("FailLocal admitted none of %d fallback calls, want up to %d per identity", fallbacks, faultQuota)
 	}
 	if f.harmless && fallbacks > 0 {
 		t.Errorf("%d of %d decisions fell back, want 0: this fault must cost nothing", fallbacks, len(ds))
@@ -298,6 +256,70 @@ func runFault(t *testing.T, policy slidelimit.FailurePolicy, f fault) {
 	checkExact(t, lim, prefix+"exact:", 10, 3*faultQuota, faultQuota)
 }
 
+// fallbackTally counts what judgeFallbacks saw in one policy's decisions.
+type fallbackTally struct {
+	fallbacks int // decisions the policy made
+	during    int // of them, those started before the fault ended
+	open      int // decisions made with the circuit breaker open
+}
+
+// judgeFallbacks checks the decisions ds of a limiter under policy during a
+// fault that ended at ended: a decision from Redis carries no error; a
+// fallback carries an error wrapping ErrUnavailable and the policy's
+// decision: FailOpen admits, FailClosed denies, and FailLocal admits at
+// most faultQuota per identity, and some if anything fell back during the
+// fault (or it merely failed closed).
+func judgeFallbacks(t *testing.T, policy slidelimit.FailurePolicy, ds []decision, ended time.Time) fallbackTally {
+	t.Helper()
+	var tally fallbackTally
+	localAdmits := map[string]int{}
+	for _, d := range ds {
+		if d.open {
+			tally.open++
+		}
+		if !d.fallback {
+			if d.err != nil {
+				t.Errorf("%s: Allow(%q) = a decision from Redis with error %v", policy, d.identity, d.err)
+			}
+			continue
+		}
+		tally.fallbacks++
+		if d.start.Before(ended) {
+			tally.during++
+		}
+		if !errors.Is(d.err, slidelimit.ErrUnavailable) {
+			t.Errorf("%s: Allow(%q) fell back with err = %v, want one wrapping ErrUnavailable", policy, d.identity, d.err)
+		}
+		switch policy {
+		case slidelimit.FailOpen:
+			if !d.allowed {
+				t.Errorf("Allow(%q) fell back and denied under fail-open", d.identity)
+			}
+		case slidelimit.FailClosed:
+			if d.allowed {
+				t.Errorf("Allow(%q) fell back and admitted under fail-closed", d.identity)
+			}
+		case slidelimit.FailLocal:
+			if d.allowed {
+				localAdmits[d.identity]++
+			}
+		}
+	}
+	// FailLocal with one replica holds the whole quota locally; a fault
+	// lasts far less than the window, so no identity may have more.
+	localTotal := 0
+	for id, n := range localAdmits {
+		localTotal += n
+		if n > faultQuota {
+			t.Errorf("FailLocal admitted %d fallback calls of %q within one window, want at most %d", n, id, faultQuota)
+		}
+	}
+	if policy == slidelimit.FailLocal && tally.during > 0 && localTotal == 0 {
+		t.Errorf("FailLocal admitted none of %d fallback calls, want up to %d per identity", tally.fallbacks, faultQuota)
+	}
+	return tally
+}
+
 // decision is one call of the traffic, as its caller saw it.
 type decision struct {
 	identity string
@@ -314,6 +336,7 @@ type traffic struct {
 	mu   sync.Mutex
 	ds   []decision
 	quit chan struct{}
+	once sync.Once
 	wg   sync.WaitGroup
 }
 
@@ -385,9 +408,10 @@ func (tr *traffic) awaitRecovery(only map[string]bool, since time.Time, quiet, l
 	return -1
 }
 
-// stop ends the traffic and returns every decision it made.
+// stop ends the traffic and returns every decision it made. It may be
+// called more than once.
 func (tr *traffic) stop() []decision {
-	close(tr.quit)
+	tr.once.Do(func() { close(tr.quit) })
 	tr.wg.Wait()
 	return tr.ds
 }
@@ -397,22 +421,48 @@ func (tr *traffic) stop() []decision {
 // Redis.
 func checkExact(t *testing.T, lim *slidelimit.Limiter, prefix string, n, calls, quota int) {
 	t.Helper()
+	b := burstIdentities(t.Context(), lim, identities(prefix, n), calls)
+	if b.fallbacks > 0 {
+		t.Errorf("after recovery: %d of %d calls fell back, want 0; first error: %v", b.fallbacks, n*calls, b.firstErr)
+	}
+	for i, got := range b.admitted {
+		if got != quota {
+			t.Errorf("after recovery: identity %d admitted %d of %d concurrent calls, want exactly %d", i, got, calls, quota)
+		}
+	}
+}
+
+// identityBurst is what burstIdentities saw.
+type identityBurst struct {
+	admitted  []int // by identity
+	fallbacks int   // calls the failure policy decided
+	firstErr  error // the first error of a call, if any
+}
+
+// burstIdentities sends calls concurrent calls for each of ids, all at
+// once, and counts the outcomes.
+func burstIdentities(ctx context.Context, lim *slidelimit.Limiter, ids []string, calls int) identityBurst {
+	n := len(ids)
 	admitted := make([]atomic.Int64, n)
 	var fallbacks atomic.Int64
-	var firstErr atomic.Value
+	var mu sync.Mutex
+	var firstErr error
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for i := range n {
-		id := fmt.Sprintf("%s%d", prefix, i)
+	for i, id := range ids {
 		for range calls {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
-				res, err := lim.Allow(t.Context(), id)
+				res, err := lim.Allow(ctx, id)
 				if res.Fallback || err != nil {
 					fallbacks.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprint(err))
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
 					return
 				}
 				if res.Allowed {
@@ -423,14 +473,11 @@ func checkExact(t *testing.T, lim *slidelimit.Limiter, prefix string, n, calls, 
 	}
 	close(start)
 	wg.Wait()
-	if f := fallbacks.Load(); f > 0 {
-		t.Errorf("after recovery: %d of %d calls fell back, want 0; first error: %v", f, n*calls, firstErr.Load())
-	}
+	b := identityBurst{admitted: make([]int, n), fallbacks: int(fallbacks.Load()), firstErr: firstErr}
 	for i := range admitted {
-		if got := admitted[i].Load(); got != int64(quota) {
-			t.Errorf("after recovery: identity %d admitted %d of %d concurrent calls, want exactly %d", i, got, calls, quota)
-		}
+		b.admitted[i] = int(admitted[i].Load())
 	}
+	return b
 }
 
 // percentile returns the q-quantile of ds (1 is the maximum), 0 if empty.

@@ -31,7 +31,7 @@ func TestNoScriptRecovery(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			noscript := &noscriptCounter{}
-			rdb := dropClient(t, targetOf(t, be.client(t)), noscript.dial)
+			rdb := dropClient(t, targetOf(t, be.client(t)), noscript.dial, 0)
 			prefix := testPrefix(t)
 			const identity = "flushed"
 

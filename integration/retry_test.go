@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -20,14 +21,25 @@ import (
 // same request id, so the request is counted once: five calls under a limit
 // of five are all admitted, the set holds five members, not ten, and a sixth
 // call is denied. Refunding a retried request removes exactly its member.
+//
+// With MaxRetries -1 go-redis sends nothing again itself, and the limiter
+// resends a call whose connection broke, once, under the same id.
 func TestRetriedCallCountsOnce(t *testing.T) {
+	for _, retries := range []int{0, -1} {
+		t.Run(fmt.Sprintf("MaxRetries=%d", retries), func(t *testing.T) {
+			retriedCallCountsOnce(t, retries)
+		})
+	}
+}
+
+func retriedCallCountsOnce(t *testing.T, maxRetries int) {
 	const quota = 5
 	limit := slidelimit.PerMinute(quota)
 	for _, be := range backends() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			drop := &replyDropper{}
-			rdb := dropClient(t, targetOf(t, be.client(t)), drop.dial)
+			rdb := dropClient(t, targetOf(t, be.client(t)), drop.dial, maxRetries)
 			prefix := testPrefix(t)
 			const identity = "retried"
 			lim := newLimiter(t, rdb, prefix, limit, slidelimit.WithTimeout(10*time.Second))
@@ -73,15 +85,15 @@ func TestRetriedCallCountsOnce(t *testing.T) {
 	}
 }
 
-// dropClient returns a client of tg, with go-redis's default retries, that
-// dials through dial.
-func dropClient(t *testing.T, tg target, dial func(context.Context, string, string) (net.Conn, error)) redis.UniversalClient {
+// dropClient returns a client of tg, with maxRetries (0: go-redis's
+// default), that dials through dial.
+func dropClient(t *testing.T, tg target, dial func(context.Context, string, string) (net.Conn, error), maxRetries int) redis.UniversalClient {
 	t.Helper()
 	var rdb redis.UniversalClient
 	if tg.Cluster {
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: tg.Addrs, Dialer: dial})
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: tg.Addrs, Dialer: dial, MaxRetries: maxRetries})
 	} else {
-		rdb = redis.NewClient(&redis.Options{Addr: tg.Addrs[0], Dialer: dial})
+		rdb = redis.NewClient(&redis.Options{Addr: tg.Addrs[0], Dialer: dial, MaxRetries: maxRetries})
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
@@ -123,8 +135,9 @@ func (d *replyDropper) dial(ctx context.Context, network, addr string) (net.Conn
 // dropConn is a connection made by a replyDropper.
 type dropConn struct {
 	net.Conn
-	d    *replyDropper
-	drop bool // lose the next reply
+	d       *replyDropper
+	drop    bool // lose the next reply
+	dropped bool // the reply was lost, and the connection with it
 }
 
 var (
@@ -141,9 +154,15 @@ func (c *dropConn) Write(p []byte) (int, error) {
 }
 
 func (c *dropConn) Read(p []byte) (int, error) {
+	if c.dropped {
+		// Lost with its reply: newer go-redis versions read a connection
+		// again (a health check) before they give it up.
+		return 0, io.EOF
+	}
 	if !c.drop {
 		return c.Conn.Read(p)
 	}
+	c.dropped = true
 	// Redis replies only after the script ran: wait for the reply's first
 	// bytes, then lose it with the connection.
 	buf := make([]byte, 1)

@@ -2,11 +2,10 @@ package httplimit_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"testing"
-	"time"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adaptertest"
 	"github.com/slidelimit/slidelimit/core/httplimit"
 	"github.com/slidelimit/slidelimit/core/redistest"
 )
@@ -15,27 +14,22 @@ import (
 // request admitted, against the test Redis): with -benchmem, the difference
 // in allocs/op is what the limiter adds, go-redis included.
 func BenchmarkMiddleware(b *testing.B) {
-	lim, err := slidelimit.New(redistest.Client(b), slidelimit.PerMinute(slidelimit.MaxQuota),
-		slidelimit.WithPrefix(redistest.Prefix(b)), slidelimit.WithTimeout(10*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	lim := adaptertest.NewLimiter(b, redistest.Client(b), slidelimit.PerMinute(slidelimit.MaxQuota))
 	for _, tc := range []struct {
 		name string
 		h    http.Handler
 	}{{"bare", ok}, {"limited", httplimit.New(lim)(ok)}} {
-		b.Run(tc.name, func(b *testing.B) {
-			req := httptest.NewRequestWithContext(b.Context(), http.MethodGet, "/", nil)
-			req.RemoteAddr = "192.0.2.1:41000"
-			b.ReportAllocs()
-			for range b.N {
-				rec := httptest.NewRecorder()
-				tc.h.ServeHTTP(rec, req)
-				if rec.Code != http.StatusOK {
-					b.Fatalf("GET / = %d, want 200", rec.Code)
-				}
-			}
-		})
+		b.Run(tc.name, func(b *testing.B) { adaptertest.Benchmark(b, tc.h) })
 	}
+}
+
+// TestMiddlewareAllocations pins what the middleware costs an admitted
+// request beyond net/http's own: at most adaptertest.MaxAddedAllocs, Redis's
+// round trip through go-redis included.
+func TestMiddlewareAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops items at random")
+	}
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.PerMinute(slidelimit.MaxQuota))
+	adaptertest.Allocations(t, ok, httplimit.New(lim)(ok))
 }

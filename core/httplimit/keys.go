@@ -6,6 +6,7 @@ import (
 	"net/textproto"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 )
 
 // KeyFunc returns the identity a request is limited by: requests with the
@@ -93,17 +94,7 @@ func KeyByPattern(mux *http.ServeMux) KeyFunc {
 // slidelimit.JoinIdentities: JoinKeys(KeyByPattern(mux), KeyByIP) gives a
 // client one quota per route. The first error is returned.
 func JoinKeys(keys ...KeyFunc) KeyFunc {
-	return func(r *http.Request) (string, error) {
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			id, err := k(r)
-			if err != nil {
-				return "", err
-			}
-			parts[i] = id
-		}
-		return slidelimit.JoinIdentities(parts...), nil
-	}
+	return adapter.JoinKeys(keys...)
 }
 
 // FirstKey keys a request by the first of keys that returns a non-empty
@@ -111,19 +102,7 @@ func JoinKeys(keys ...KeyFunc) KeyFunc {
 // clients with an API key by the key and the others by their IP. If none
 // does, it returns the last error.
 func FirstKey(keys ...KeyFunc) KeyFunc {
-	return func(r *http.Request) (string, error) {
-		err := fmt.Errorf("%w: httplimit: FirstKey has no key functions", slidelimit.ErrInvalidKey)
-		for _, k := range keys {
-			var id string
-			if id, err = k(r); err == nil && id != "" {
-				return id, nil
-			}
-		}
-		if err == nil {
-			err = fmt.Errorf("%w: httplimit: every key function returned an empty identity", slidelimit.ErrInvalidKey)
-		}
-		return "", err
-	}
+	return adapter.FirstKey(keys...)
 }
 
 // HeaderIdentity is slidelimit.HeaderIdentity with the default hashing.

@@ -2,16 +2,11 @@ package httplimit
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 )
-
-// errNoLimiter is the error when neither New nor WithLimiterFunc gives a
-// limiter for a request.
-var errNoLimiter = errors.New("httplimit: no limiter for the request")
 
 // New returns middleware that limits requests with lim, in the shape
 // http.ServeMux, chi (Router.Use) and gorilla/mux (Router.Use) take:
@@ -24,7 +19,8 @@ var errNoLimiter = errors.New("httplimit: no limiter for the request")
 // the peer IP), and sets the rate-limit headers of the decision
 // (WithHeaders). An admitted request goes on to the next handler; a denied
 // one is answered 429 Too Many Requests with Retry-After and a problem+json
-// body (WithDenyHandler).
+// body (WithDenyHandler). The flow is package adapter's, the one every
+// adapter of this project runs.
 //
 // When Redis fails, the limiter's slidelimit.FailurePolicy decides. Under
 // FailOpen, the default, the request goes on with no rate-limit headers,
@@ -43,64 +39,55 @@ func New(lim *slidelimit.Limiter, opts ...Option) func(http.Handler) http.Handle
 	}
 }
 
+// exchange is one request and its response writer, the context the flow
+// runs over.
+type exchange struct {
+	w http.ResponseWriter
+	r *http.Request
+}
+
 type handler struct {
 	cfg  *config
 	next http.Handler
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := h.cfg
-	if c.skip != nil && c.skip(r) {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	lim := c.limiter
-	if c.limiterFunc != nil {
-		if l := c.limiterFunc(r); l != nil {
-			lim = l
-		}
-	}
-	if lim == nil {
-		c.hook(r, errNoLimiter)
-		c.fail(w, r, errNoLimiter)
-		return
-	}
-	id, err := c.key(r)
-	if err != nil {
-		err = fmt.Errorf("httplimit: key: %w", err)
-		c.hook(r, err)
-		c.fail(w, r, err)
-		return
-	}
-	cost := 1
-	if c.cost != nil {
-		cost = c.cost(r)
-	}
-
-	res, err := lim.AllowN(r.Context(), id, cost)
-	c.headers.SetHeader(res, w.Header())
-	if err != nil {
-		c.hook(r, err)
-		if !res.Allowed {
-			c.fail(w, r, err)
+	x := exchange{w, r}
+	f := &h.cfg.flow
+	d := f.Decide(r.Context(), x)
+	switch d.Verdict {
+	case adapter.Deny:
+		h.cfg.Deny(w, r, d.Result)
+	case adapter.Fail:
+		h.cfg.Fail(w, r, d.Err)
+	default:
+		if !f.Refunds(d) {
+			h.next.ServeHTTP(w, r)
 			return
 		}
-	} else if !res.Allowed {
-		c.deny(w, r, res)
-		return
+		sw := &statusWriter{ResponseWriter: w}
+		h.next.ServeHTTP(sw, r)
+		f.Finish(r.Context(), x, d, sw.Status())
 	}
+}
 
-	if !c.refundFail && !c.refundOK || res.Fallback {
-		h.next.ServeHTTP(w, r)
-		return
+// newFlow sets up c.flow, the decision flow of c's settings, with lim.
+func (c *config) newFlow(lim *slidelimit.Limiter) {
+	o := c.Options
+	c.flow = adapter.Flow[exchange]{
+		Name: "httplimit", Limiter: lim,
+		Key:          func(x exchange) (string, error) { return o.Key(x.r) },
+		SetHeaders:   func(x exchange, res slidelimit.Result) { o.Headers.SetHeader(res, x.w.Header()) },
+		Hook:         func(_ context.Context, x exchange, err error) { o.Hook(x.r, err) },
+		RefundFailed: o.RefundFailed, RefundSuccessful: o.RefundSuccessful, Failed: o.Failed,
 	}
-	sw := &statusWriter{ResponseWriter: w}
-	h.next.ServeHTTP(sw, r)
-	if failed := c.failed(sw.Status()); failed && c.refundFail || !failed && c.refundOK {
-		// The client may be gone; the refund is still owed, bounded by the
-		// limiter's timeout.
-		if err := lim.Refund(context.WithoutCancel(r.Context()), res); err != nil {
-			c.hook(r, fmt.Errorf("httplimit: refund: %w", err))
-		}
+	if o.Limiters != nil {
+		c.flow.Limiters = func(x exchange) *slidelimit.Limiter { return o.Limiters(x.r) }
+	}
+	if o.Skip != nil {
+		c.flow.Skip = func(x exchange) bool { return o.Skip(x.r) }
+	}
+	if o.Cost != nil {
+		c.flow.Cost = func(x exchange) int { return o.Cost(x.r) }
 	}
 }

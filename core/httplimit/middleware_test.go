@@ -1,261 +1,36 @@
 package httplimit_test
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"regexp"
-	"strconv"
-	"sync"
+	"slices"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
+	"github.com/slidelimit/slidelimit/core/adaptertest"
 	"github.com/slidelimit/slidelimit/core/httplimit"
 	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
-// newLimiter returns a limiter on rdb with a prefix of the test's own and a
-// clock frozen at the test's start, so that every header value is exact.
-func newLimiter(t *testing.T, rdb redis.Scripter, limit slidelimit.Limit, opts ...slidelimit.Option) *slidelimit.Limiter {
-	t.Helper()
-	now := time.Now()
-	opts = append([]slidelimit.Option{
-		slidelimit.WithPrefix(prefix(t)),
-		slidelimit.WithClock(func() time.Time { return now }),
-	}, opts...)
-	lim, err := slidelimit.New(rdb, limit, opts...)
-	if err != nil {
-		t.Fatalf("slidelimit.New: %v", err)
-	}
-	return lim
-}
-
-// prefix returns redistest.Prefix(t) cut to the 64 bytes a key prefix may
-// have: long subtest names exceed it. The random tail is kept.
-func prefix(t *testing.T) string {
-	t.Helper()
-	p := redistest.Prefix(t)
-	if len(p) > 64 {
-		p = p[:40] + p[len(p)-24:]
-	}
-	return p
-}
+// The conformance suite (TestConformance) proves what every adapter must
+// do; the tests here prove what is net/http's own.
 
 // ok answers 200 "ok".
 var ok = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "ok")
 })
 
-// get serves GET path from remote through h; header holds name, value pairs.
-func get(h http.Handler, path, remote string, header ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodGet, path, nil)
-	r.RemoteAddr = remote
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Add(header[i], header[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
-
-// statuses serves n requests and returns their status codes.
-func statuses(n int, serve func(i int) *httptest.ResponseRecorder) []int {
-	got := make([]int, n)
-	for i := range got {
-		got[i] = serve(i).Code
-	}
-	return got
-}
-
-func codes(c ...int) []int { return c }
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// recordErrors returns an error hook that keeps what it gets.
-func recordErrors() (func(*http.Request, error), func() []error) {
-	var mu sync.Mutex
-	var errs []error
-	return func(_ *http.Request, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			errs = append(errs, err)
-		}, func() []error {
-			mu.Lock()
-			defer mu.Unlock()
-			return append([]error(nil), errs...)
-		}
-}
-
-var rateLimitT = regexp.MustCompile(`;t=(\d+)`)
-
-func TestNewFiveThenDenied(t *testing.T) {
-	t.Parallel()
-	t.Run("standalone", func(t *testing.T) {
-		t.Parallel()
-		testFiveThenDenied(t, redistest.Client(t))
-	})
-	t.Run("cluster", func(t *testing.T) {
-		t.Parallel()
-		testFiveThenDenied(t, redistest.ClusterClient(t))
-	})
-}
-
-func testFiveThenDenied(t *testing.T, rdb redis.Scripter) {
-	lim := newLimiter(t, rdb, slidelimit.Per(5, 10*time.Second))
-	h := httplimit.New(lim)(ok)
-
-	type want struct {
-		status int
-		header map[string]string
-	}
-	allowed := func(remaining int) want {
-		r := strconv.Itoa(remaining)
-		return want{http.StatusOK, map[string]string{
-			"RateLimit-Policy":      `"5/10s";q=5;w=10`,
-			"RateLimit":             `"5/10s";r=` + r + `;t=10`,
-			"X-RateLimit-Limit":     "5",
-			"X-RateLimit-Remaining": r,
-			"X-RateLimit-Reset":     "10",
-			"Retry-After":           "",
-		}}
-	}
-	wants := []want{
-		allowed(4), allowed(3), allowed(2), allowed(1), allowed(0),
-		{http.StatusTooManyRequests, map[string]string{
-			"RateLimit-Policy":      `"5/10s";q=5;w=10`,
-			"RateLimit":             `"5/10s";r=0;t=10`,
-			"X-RateLimit-Limit":     "5",
-			"X-RateLimit-Remaining": "0",
-			"X-RateLimit-Reset":     "10",
-			"Retry-After":           "10",
-			"Content-Type":          httplimit.ContentTypeProblem,
-		}},
-	}
-	for i, w := range wants {
-		t.Run("request "+strconv.Itoa(i+1), func(t *testing.T) {
-			got := get(h, "/", "203.0.113.9:1234")
-			if got.Code != w.status {
-				t.Fatalf("GET / = %d, want %d", got.Code, w.status)
-			}
-			for name, value := range w.header {
-				if v := got.Header().Get(name); v != value {
-					t.Errorf("GET / header %s = %q, want %q", name, v, value)
-				}
-			}
-			if got.Code == http.StatusOK {
-				if body := got.Body.String(); body != "ok" {
-					t.Errorf("GET / body = %q, want %q", body, "ok")
-				}
-				return
-			}
-			m := rateLimitT.FindStringSubmatch(got.Header().Get("RateLimit"))
-			if m == nil || m[1] != got.Header().Get("Retry-After") {
-				t.Errorf("GET / RateLimit %q t = %v, want Retry-After %q", got.Header().Get("RateLimit"), m, got.Header().Get("Retry-After"))
-			}
-			var p httplimit.Problem
-			if err := json.Unmarshal(got.Body.Bytes(), &p); err != nil {
-				t.Fatalf("GET / body %q: %v", got.Body, err)
-			}
-			wantP := httplimit.Problem{
-				Type:       httplimit.ProblemTypeQuotaExceeded,
-				Title:      "Too Many Requests",
-				Status:     http.StatusTooManyRequests,
-				Detail:     "rate limit 5/10s exceeded; retry in 10s",
-				Policy:     "5/10s",
-				RetryAfter: 10,
-			}
-			if p != wantP {
-				t.Errorf("GET / problem = %+v, want %+v", p, wantP)
-			}
-		})
-	}
-}
-
-func TestNewKeyIsolation(t *testing.T) {
-	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(2, 10*time.Second))
-	h := httplimit.New(lim)(ok)
-	for _, remote := range []string{"203.0.113.1:1", "203.0.113.2:1", "[2001:db8:1::1]:1"} {
-		got := statuses(3, func(int) *httptest.ResponseRecorder { return get(h, "/", remote) })
-		if want := codes(200, 200, 429); !equal(got, want) {
-			t.Errorf("GET / from %s = %v, want %v", remote, got, want)
-		}
-	}
-	// Another address of the same IPv6 /64 shares the quota.
-	if got := get(h, "/", "[2001:db8:1::2]:1").Code; got != http.StatusTooManyRequests {
-		t.Errorf("GET / from another address of the /64 = %d, want 429", got)
-	}
-}
-
-func TestNewForwardedFor(t *testing.T) {
-	t.Parallel()
-	rdb := redistest.Client(t)
-	ips := httplimit.ClientIP{TrustedProxies: slidelimit.TrustedProxies{netip.MustParsePrefix("10.0.0.0/8")}}
-	tests := []struct {
-		name   string
-		key    httplimit.KeyFunc
-		remote string
-		xff    func(i int) string
-		want   []int
-	}{
-		{"default key ignores a spoofed header", nil, "203.0.113.9:1",
-			func(i int) string { return "198.51.100." + strconv.Itoa(i) }, codes(200, 200, 429, 429)},
-		{"untrusted peer cannot spoof", ips.Key, "203.0.113.9:1",
-			func(i int) string { return "198.51.100." + strconv.Itoa(i) }, codes(200, 200, 429, 429)},
-		{"trusted proxy forwards distinct clients", ips.Key, "10.0.0.1:1",
-			func(i int) string { return "198.51.100." + strconv.Itoa(i) }, codes(200, 200, 200, 200)},
-		{"trusted proxy, spoofed left part", ips.Key, "10.0.0.1:1",
-			func(i int) string { return "192.0.2." + strconv.Itoa(i) + ", 198.51.100.1" }, codes(200, 200, 429, 429)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			lim := newLimiter(t, rdb, slidelimit.Per(2, 10*time.Second))
-			h := httplimit.New(lim, httplimit.WithKey(tt.key))(ok)
-			got := statuses(len(tt.want), func(i int) *httptest.ResponseRecorder {
-				return get(h, "/", tt.remote, "X-Forwarded-For", tt.xff(i))
-			})
-			if !equal(got, tt.want) {
-				t.Errorf("GET / from %s = %v, want %v", tt.remote, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestNewSkip(t *testing.T) {
-	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
-	h := httplimit.New(lim, httplimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))(ok)
-	for i := range 3 {
-		got := get(h, "/healthz", "203.0.113.9:1")
-		if got.Code != http.StatusOK || got.Header().Get("RateLimit") != "" {
-			t.Errorf("GET /healthz #%d = %d with RateLimit %q, want 200 without", i+1, got.Code, got.Header().Get("RateLimit"))
-		}
-	}
-	got := statuses(2, func(int) *httptest.ResponseRecorder { return get(h, "/", "203.0.113.9:1") })
-	if want := codes(200, 429); !equal(got, want) {
-		t.Errorf("GET / = %v, want %v", got, want)
-	}
-}
+// client is the peer of the requests sent here.
+var client = netip.MustParseAddr("203.0.113.9")
 
 func TestNewDenyHandler(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
 	var denied slidelimit.Result
 	h := httplimit.New(lim, httplimit.WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, res slidelimit.Result) {
 		denied = res
@@ -263,25 +38,23 @@ func TestNewDenyHandler(t *testing.T) {
 			t.Error("deny handler: Retry-After not set before it ran")
 		}
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, "slow down")
 	}))(ok)
-	get(h, "/", "203.0.113.9:1")
-	got := get(h, "/", "203.0.113.9:1")
-	if got.Code != http.StatusServiceUnavailable || got.Body.String() != "slow down" {
-		t.Errorf("GET / = %d %q, want 503 %q", got.Code, got.Body, "slow down")
-	}
-	if denied.Allowed || denied.Limit.String() != "1/10s" {
-		t.Errorf("deny handler got %+v, want a denial by 1/10s", denied)
+	got := adaptertest.Send(t, adaptertest.HTTPServer(h), 2, adaptertest.Request{Peer: client, Path: "/"})
+	if want := []int{200, 503}; !slices.Equal(got, want) || denied.Allowed || denied.Limit.String() != "1/10s" {
+		t.Errorf("GET / = %v with the deny handler given %+v, want %v and a denial by 1/10s", got, denied, want)
 	}
 }
 
 func TestNewPerRoute(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	general := newLimiter(t, rdb, slidelimit.Per(3, 10*time.Second))
-	search := newLimiter(t, rdb, slidelimit.Per(1, 10*time.Second).Named("search"))
+	general := adaptertest.NewLimiter(t, rdb, slidelimit.Per(3, 10*time.Second))
+	search := adaptertest.NewLimiter(t, rdb, slidelimit.Per(1, 10*time.Second).Named("search"))
+	send := func(h http.Handler, path string, n int) []int {
+		return adaptertest.Send(t, adaptertest.HTTPServer(h), n, adaptertest.Request{Peer: client, Path: path})
+	}
 
-	t.Run("WithLimiterFunc", func(t *testing.T) {
+	t.Run("WithLimiterFunc and KeyByPattern of the mux", func(t *testing.T) {
 		mux := http.NewServeMux()
 		mux.Handle("GET /search", ok)
 		mux.Handle("GET /", ok)
@@ -294,16 +67,12 @@ func TestNewPerRoute(t *testing.T) {
 				return nil
 			}),
 		)(mux)
-		got := statuses(2, func(int) *httptest.ResponseRecorder { return get(h, "/search", "203.0.113.9:1") })
-		if want := codes(200, 429); !equal(got, want) {
+		if got, want := send(h, "/search", 2), adaptertest.Statuses(1, 200, 429); !slices.Equal(got, want) {
 			t.Errorf("GET /search = %v, want %v", got, want)
 		}
-		if p := get(h, "/search", "203.0.113.9:1").Header().Get("RateLimit-Policy"); p != `"search";q=1;w=10` {
-			t.Errorf("GET /search RateLimit-Policy = %q, want %q", p, `"search";q=1;w=10`)
-		}
-		got = statuses(4, func(int) *httptest.ResponseRecorder { return get(h, "/items", "203.0.113.9:1") })
-		if want := codes(200, 200, 200, 429); !equal(got, want) {
-			t.Errorf("GET /items = %v, want %v", got, want)
+		// Every path of the pattern "GET /" shares one quota.
+		if got, want := append(send(h, "/items", 2), send(h, "/other", 2)...), adaptertest.Statuses(3, 200, 429); !slices.Equal(got, want) {
+			t.Errorf("GET /items, /other = %v, want %v", got, want)
 		}
 	})
 
@@ -313,234 +82,39 @@ func TestNewPerRoute(t *testing.T) {
 		mux.Handle("GET /a", httplimit.New(general, keyed)(ok))
 		mux.Handle("GET /b", httplimit.New(general, keyed)(ok))
 		for _, path := range []string{"/a", "/b"} {
-			got := statuses(4, func(int) *httptest.ResponseRecorder { return get(mux, path, "203.0.113.8:1") })
-			if want := codes(200, 200, 200, 429); !equal(got, want) {
+			if got, want := send(mux, path, 4), adaptertest.Statuses(3, 200, 429); !slices.Equal(got, want) {
 				t.Errorf("GET %s = %v, want %v", path, got, want)
 			}
 		}
 	})
 }
 
-func TestNewMultiLimit(t *testing.T) {
-	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second), slidelimit.WithLimits(slidelimit.PerMinute(3)))
-	h := httplimit.New(lim)(ok)
-	wantRL := []string{
-		`"5/10s";r=4;t=10, "3/1m";r=2;t=60`,
-		`"5/10s";r=3;t=10, "3/1m";r=1;t=60`,
-		`"5/10s";r=2;t=10, "3/1m";r=0;t=60`,
-		`"5/10s";r=2;t=10, "3/1m";r=0;t=60`,
-	}
-	wantStatus := codes(200, 200, 200, 429)
-	for i := range wantRL {
-		got := get(h, "/", "203.0.113.9:1")
-		if got.Code != wantStatus[i] {
-			t.Errorf("GET / #%d = %d, want %d", i+1, got.Code, wantStatus[i])
-		}
-		if rl := got.Header().Get("RateLimit"); rl != wantRL[i] {
-			t.Errorf("GET / #%d RateLimit = %q, want %q", i+1, rl, wantRL[i])
-		}
-		if p := got.Header().Get("RateLimit-Policy"); p != `"5/10s";q=5;w=10, "3/1m";q=3;w=60` {
-			t.Errorf("GET / #%d RateLimit-Policy = %q", i+1, p)
-		}
-		if l := got.Header().Get("X-RateLimit-Limit"); l != "3" {
-			t.Errorf("GET / #%d X-RateLimit-Limit = %q, want the tighter limit's 3", i+1, l)
-		}
-	}
-}
-
-func TestNewRefund(t *testing.T) {
-	t.Parallel()
-	rdb := redistest.Client(t)
-	tests := []struct {
-		name   string
-		opts   []httplimit.Option
-		status int
-		want   []int
-	}{
-		{"failures count by default", nil, 500, codes(500, 500, 429)},
-		{"failures refunded", []httplimit.Option{httplimit.WithRefundFailed()}, 500, codes(500, 500, 500, 500)},
-		{"successes still count", []httplimit.Option{httplimit.WithRefundFailed()}, 200, codes(200, 200, 429)},
-		{"successes refunded", []httplimit.Option{httplimit.WithRefundSuccessful()}, 200, codes(200, 200, 200, 200)},
-		{"failures count when successes are refunded", []httplimit.Option{httplimit.WithRefundSuccessful()}, 401, codes(401, 401, 429)},
-		{"404 not failed by a custom rule", []httplimit.Option{httplimit.WithRefundFailed(), httplimit.WithFailedStatus(func(s int) bool { return s >= 500 })}, 404, codes(404, 404, 429)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			lim := newLimiter(t, rdb, slidelimit.Per(2, 10*time.Second))
-			next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(tt.status) })
-			h := httplimit.New(lim, tt.opts...)(next)
-			got := statuses(len(tt.want), func(int) *httptest.ResponseRecorder { return get(h, "/", "203.0.113.9:1") })
-			if !equal(got, tt.want) {
-				t.Errorf("GET / = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestNewRefundKeepsFlusher(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(2, 10*time.Second))
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.Per(2, 10*time.Second))
 	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "part")
 		if err := http.NewResponseController(w).Flush(); err != nil {
 			t.Errorf("Flush through the middleware: %v", err)
 		}
 	})
-	h := httplimit.New(lim, httplimit.WithRefundSuccessful())(next)
-	got := get(h, "/", "203.0.113.9:1")
-	if !got.Flushed || got.Body.String() != "part" {
-		t.Errorf("GET / flushed %v, body %q, want true, %q", got.Flushed, got.Body, "part")
+	rec := httptest.NewRecorder()
+	httplimit.New(lim, httplimit.WithRefundSuccessful())(next).ServeHTTP(rec, adaptertest.Request{Peer: client, Path: "/"}.HTTPRequest(t))
+	if !rec.Flushed || rec.Body.String() != "part" {
+		t.Errorf("GET / flushed %v, body %q, want true, %q", rec.Flushed, rec.Body, "part")
 	}
 }
 
-func TestNewCost(t *testing.T) {
-	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second))
-	hook, errs := recordErrors()
-	h := httplimit.New(lim, httplimit.WithErrorHook(hook), httplimit.WithCost(func(r *http.Request) int {
-		n, _ := strconv.Atoi(r.URL.Query().Get("cost"))
-		return n
-	}))(ok)
-	for _, step := range []struct {
-		cost      string
-		status    int
-		remaining string
-	}{
-		{"3", 200, "2"},
-		{"3", 429, "2"},
-		{"2", 200, "0"},
-		{"6", 500, ""},
-	} {
-		got := get(h, "/?cost="+step.cost, "203.0.113.9:1")
-		if got.Code != step.status || got.Header().Get("X-RateLimit-Remaining") != step.remaining {
-			t.Errorf("GET /?cost=%s = %d remaining %q, want %d remaining %q", step.cost, got.Code, got.Header().Get("X-RateLimit-Remaining"), step.status, step.remaining)
-		}
-	}
-	if e := errs(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrInvalidCost) {
-		t.Errorf("errors = %v, want one wrapping ErrInvalidCost", e)
-	}
-}
-
-func TestNewKeyError(t *testing.T) {
-	t.Parallel()
-	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second))
-	hook, errs := recordErrors()
-	h := httplimit.New(lim, httplimit.WithErrorHook(hook), httplimit.WithKey(httplimit.KeyByHeader("X-API-Key")))(ok)
-	if got := get(h, "/", "203.0.113.9:1"); got.Code != http.StatusInternalServerError || got.Header().Get("RateLimit") != "" {
-		t.Errorf("GET / without key = %d with RateLimit %q, want 500 without", got.Code, got.Header().Get("RateLimit"))
-	}
-	if e := errs(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrInvalidKey) {
-		t.Errorf("errors = %v, want one wrapping ErrInvalidKey", e)
-	}
-	if got := get(h, "/", "203.0.113.9:1", "X-API-Key", "k1"); got.Code != http.StatusOK {
-		t.Errorf("GET / with key = %d, want 200", got.Code)
-	}
-
+// TestNewNoLimiter checks that a request with no limiter goes to the
+// error handler with an error wrapping adapter.ErrNoLimiter.
+func TestNewNoLimiter(t *testing.T) {
 	var handled error
-	h = httplimit.New(nil, httplimit.WithErrorHook(hook), httplimit.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
-		handled = err
-		w.WriteHeader(http.StatusTeapot)
-	}))(ok)
-	if got := get(h, "/", "203.0.113.9:1"); got.Code != http.StatusTeapot || handled == nil {
-		t.Errorf("GET / with no limiter = %d, handler got %v, want 418 and an error", got.Code, handled)
-	}
-}
-
-func TestNewHeaderSelection(t *testing.T) {
-	t.Parallel()
-	rdb := redistest.Client(t)
-	tests := []struct {
-		name    string
-		headers slidelimit.Headers
-		present []string
-		absent  []string
-	}{
-		{"all", slidelimit.Headers{}, []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "Retry-After"}, nil},
-		{"RateLimit only", slidelimit.Headers{Omit: slidelimit.HeaderXRateLimit}, []string{"RateLimit", "Retry-After"}, []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}},
-		{"X-RateLimit only", slidelimit.Headers{Omit: slidelimit.HeaderRateLimit | slidelimit.HeaderRetryAfter}, []string{"X-RateLimit-Remaining"}, []string{"RateLimit", "RateLimit-Policy", "Retry-After"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			lim := newLimiter(t, rdb, slidelimit.Per(1, 10*time.Second))
-			h := httplimit.New(lim, httplimit.WithHeaders(tt.headers))(ok)
-			get(h, "/", "203.0.113.9:1")
-			got := get(h, "/", "203.0.113.9:1")
-			for _, name := range tt.present {
-				if got.Header().Get(name) == "" {
-					t.Errorf("denial lacks %s; headers %v", name, got.Header())
-				}
-			}
-			for _, name := range tt.absent {
-				if v := got.Header().Get(name); v != "" {
-					t.Errorf("denial has %s: %q, want none", name, v)
-				}
-			}
-		})
-	}
-}
-
-func TestNewRedisDown(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name       string
-		policy     slidelimit.FailurePolicy
-		status     int
-		retryAfter string
-		body       string
-	}{
-		{"fail-open", slidelimit.FailOpen, http.StatusOK, "", "ok"},
-		{"fail-closed", slidelimit.FailClosed, http.StatusServiceUnavailable, "1", "Service Unavailable\n"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.StartServer(t)
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			t.Cleanup(func() { _ = rdb.Close() })
-			lim, err := slidelimit.New(rdb, slidelimit.Per(100, 10*time.Second),
-				slidelimit.WithPrefix(prefix(t)), slidelimit.WithFailurePolicy(tt.policy))
-			if err != nil {
-				t.Fatal(err)
-			}
-			hook, errs := recordErrors()
-			h := httplimit.New(lim, httplimit.WithErrorHook(hook))(ok)
-
-			if got := get(h, "/", "203.0.113.9:1"); got.Code != http.StatusOK || got.Header().Get("RateLimit") == "" {
-				t.Fatalf("GET / with Redis up = %d with RateLimit %q, want 200 with", got.Code, got.Header().Get("RateLimit"))
-			}
-
-			srv.Stop()
-			got := get(h, "/", "203.0.113.9:1")
-			if got.Code != tt.status || got.Body.String() != tt.body {
-				t.Errorf("GET / with Redis down = %d %q, want %d %q", got.Code, got.Body, tt.status, tt.body)
-			}
-			if v := got.Header().Get("Retry-After"); v != tt.retryAfter {
-				t.Errorf("GET / with Redis down: Retry-After = %q, want %q", v, tt.retryAfter)
-			}
-			for _, name := range []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
-				if v := got.Header().Get(name); v != "" {
-					t.Errorf("GET / with Redis down: %s = %q, want none", name, v)
-				}
-			}
-			if e := errs(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrUnavailable) {
-				t.Errorf("errors with Redis down = %v, want one wrapping ErrUnavailable", e)
-			}
-
-			srv.Restart()
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				got := get(h, "/", "203.0.113.9:1")
-				if got.Code == http.StatusOK && got.Header().Get("RateLimit") != "" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("GET / after Redis came back = %d with RateLimit %q, want 200 with", got.Code, got.Header().Get("RateLimit"))
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
+	h := httplimit.New(nil, httplimit.WithErrorHook(func(*http.Request, error) {}),
+		httplimit.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+			handled = err
+			w.WriteHeader(http.StatusTeapot)
+		}))(ok)
+	if got := adaptertest.Send(t, adaptertest.HTTPServer(h), 1, adaptertest.Request{Peer: client, Path: "/"}); got[0] != http.StatusTeapot || !errors.Is(handled, adapter.ErrNoLimiter) {
+		t.Errorf("GET / with no limiter = %v, handler got %v, want 418 and ErrNoLimiter", got, handled)
 	}
 }

@@ -5,10 +5,14 @@ import (
 	"net/http"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adapter"
 )
 
 // Option configures the middleware returned by New.
-type Option func(*config)
+type Option = adapter.Option[*http.Request, DenyHandler, ErrorHandler]
+
+// set builds the options.
+var set adapter.Set[*http.Request, DenyHandler, ErrorHandler]
 
 // DenyHandler answers a request the limiter denied. When it runs, the
 // rate-limit headers, Retry-After among them, are already set on w; res is
@@ -23,65 +27,37 @@ type DenyHandler func(w http.ResponseWriter, r *http.Request, res slidelimit.Res
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 type config struct {
-	limiter     *slidelimit.Limiter
-	limiterFunc func(*http.Request) *slidelimit.Limiter
-	key         KeyFunc
-	cost        func(*http.Request) int
-	skip        func(*http.Request) bool
-	deny        DenyHandler
-	fail        ErrorHandler
-	hook        func(*http.Request, error)
-	headers     slidelimit.Headers
-	refundOK    bool
-	refundFail  bool
-	failed      func(status int) bool
+	adapter.Options[*http.Request, DenyHandler, ErrorHandler]
+	flow adapter.Flow[exchange]
 }
 
 // WithKey sets how requests are told apart. The default is KeyByIP: the peer
 // address, with IPv6 grouped by /64 and no proxy trusted. Behind a proxy,
 // pass the Key method of a ClientIP that trusts it. A nil f keeps the
 // default.
-func WithKey(f KeyFunc) Option {
-	return func(c *config) {
-		if f != nil {
-			c.key = f
-		}
-	}
-}
+func WithKey(f KeyFunc) Option { return set.Key(f) }
 
 // WithLimiterFunc chooses the limiter for each request, for different limits
 // per route or per plan; each limiter is built, and validated, once with
 // slidelimit.New. When f returns nil, the limiter given to New is used. The
 // default uses that limiter for every request.
-func WithLimiterFunc(f func(r *http.Request) *slidelimit.Limiter) Option {
-	return func(c *config) { c.limiterFunc = f }
-}
+func WithLimiterFunc(f func(r *http.Request) *slidelimit.Limiter) Option { return set.Limiters(f) }
 
 // WithCost sets how many units each request takes, such as more for an
 // expensive search. The default is 1. A cost below 1 or above the smallest
 // quota is an error (slidelimit.ErrInvalidCost), answered by the error
 // handler.
-func WithCost(f func(r *http.Request) int) Option {
-	return func(c *config) { c.cost = f }
-}
+func WithCost(f func(r *http.Request) int) Option { return set.Cost(f) }
 
 // WithSkip passes the requests for which f returns true straight to the next
 // handler, neither counted nor given rate-limit headers: health checks,
 // allow-listed clients. The default skips nothing.
-func WithSkip(f func(r *http.Request) bool) Option {
-	return func(c *config) { c.skip = f }
-}
+func WithSkip(f func(r *http.Request) bool) Option { return set.Skip(f) }
 
 // WithDenyHandler sets how a denied request is answered. The default answers
 // 429 Too Many Requests with the application/problem+json body of
 // NewProblem. A nil h keeps the default.
-func WithDenyHandler(h DenyHandler) Option {
-	return func(c *config) {
-		if h != nil {
-			c.deny = h
-		}
-	}
-}
+func WithDenyHandler(h DenyHandler) Option { return set.Deny(h) }
 
 // WithErrorHandler sets how a request is answered when it cannot be
 // admitted because of an error; see ErrorHandler. The default answers
@@ -89,13 +65,7 @@ func WithDenyHandler(h DenyHandler) Option {
 // failed under slidelimit.FailClosed, 500 otherwise. Under
 // slidelimit.FailOpen a Redis failure admits the request and never reaches
 // the error handler. A nil h keeps the default.
-func WithErrorHandler(h ErrorHandler) Option {
-	return func(c *config) {
-		if h != nil {
-			c.fail = h
-		}
-	}
-}
+func WithErrorHandler(h ErrorHandler) Option { return set.Fail(h) }
 
 // WithErrorHook sets f to receive every error the middleware meets: Redis
 // failures, admitted (fail-open) or not, key and cost errors, and failed
@@ -103,69 +73,42 @@ func WithErrorHandler(h ErrorHandler) Option {
 // default logs each error with slog.Default at level Error; under
 // fail-open that is one line per request while Redis is down. A nil f
 // keeps the default.
-func WithErrorHook(f func(r *http.Request, err error)) Option {
-	return func(c *config) {
-		if f != nil {
-			c.hook = f
-		}
-	}
-}
+func WithErrorHook(f func(r *http.Request, err error)) Option { return set.Hook(f) }
 
 // WithHeaders selects the rate-limit header fields sent on every decided
 // response; see slidelimit.Headers. The zero value, the default, sends them
 // all: RateLimit-Policy, RateLimit, X-RateLimit-Limit, X-RateLimit-Remaining,
 // X-RateLimit-Reset in seconds from now, and Retry-After on denials.
-func WithHeaders(h slidelimit.Headers) Option {
-	return func(c *config) { c.headers = h }
-}
+func WithHeaders(h slidelimit.Headers) Option { return set.Headers(h) }
 
 // WithRefundFailed makes failed requests not count: after the next handler
 // has answered with a status that WithFailedStatus deems failed (by
 // default 400 and above), the request's units are given back with
 // slidelimit.Limiter.Refund. The headers already sent still count the
 // request. The default counts every admitted request.
-func WithRefundFailed() Option {
-	return func(c *config) { c.refundFail = true }
-}
+func WithRefundFailed() Option { return set.RefundFailed() }
 
 // WithRefundSuccessful makes successful requests not count, the converse of
 // WithRefundFailed: only failed requests use up the quota, as for a limit on
 // failed logins. The default counts every admitted request.
-func WithRefundSuccessful() Option {
-	return func(c *config) { c.refundOK = true }
-}
+func WithRefundSuccessful() Option { return set.RefundSuccessful() }
 
 // WithFailedStatus sets which response status codes make a request failed,
 // for WithRefundFailed and WithRefundSuccessful. The default is Failed:
 // 400 and above. A nil f keeps the default.
-func WithFailedStatus(f func(status int) bool) Option {
-	return func(c *config) {
-		if f != nil {
-			c.failed = f
-		}
-	}
-}
+func WithFailedStatus(f func(status int) bool) Option { return set.Failed(f) }
 
 // Failed reports whether status makes a request failed by default, for the
 // refund options of every adapter: 400 and above.
 func Failed(status int) bool {
-	return status >= http.StatusBadRequest
+	return adapter.HTTPFailed(status)
 }
 
 func newConfig(lim *slidelimit.Limiter, opts []Option) *config {
-	c := &config{
-		limiter: lim,
-		key:     KeyByIP,
-		deny:    DefaultDenyHandler,
-		fail:    DefaultErrorHandler,
-		hook:    logError,
-		failed:  Failed,
-	}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(c)
-		}
-	}
+	c := &config{Options: adapter.NewOptions(adapter.Options[*http.Request, DenyHandler, ErrorHandler]{
+		Key: KeyByIP, Deny: DefaultDenyHandler, Fail: DefaultErrorHandler, Hook: logError, Failed: Failed,
+	}, opts)}
+	c.newFlow(lim)
 	return c
 }
 

@@ -57,107 +57,74 @@ func (s ClientIPScenario) Check(t testing.TB, admitted map[string]int) {
 	}
 }
 
-// ClientIPScenarios returns the scenarios every adapter runs.
+// ClientIPScenarios returns the scenarios every adapter runs; package
+// adaptertest runs them against each adapter.
 func ClientIPScenarios() []ClientIPScenario {
 	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("10.0.0.0/8")}
-	const n = 4 * ClientIPLimit
-	var scenarios []ClientIPScenario
-
-	// A client sends its own X-Forwarded-For line, a new address each
-	// time; the proxy appends a second line with the address it saw.
-	var reqs []ClientIPRequest
-	for i := range n {
-		reqs = append(reqs, ClientIPRequest{Client: "203.0.113.77", Header: [][2]string{
-			{"X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i+1)},
-			{"X-Forwarded-For", "203.0.113.77"},
-		}})
+	// oneClient is a scenario of 4*ClientIPLimit requests of client, the
+	// i-th with the header fields of fields(i), of which ClientIPLimit
+	// must be admitted.
+	oneClient := func(name string, trusted []netip.Prefix, header, client string, fields func(i int) [][2]string) ClientIPScenario {
+		sc := ClientIPScenario{Name: name, TrustedProxies: trusted, Header: header, Want: map[string]int{client: ClientIPLimit}}
+		for i := range 4 * ClientIPLimit {
+			sc.Requests = append(sc.Requests, ClientIPRequest{Client: client, Header: fields(i)})
+		}
+		return sc
 	}
-	scenarios = append(scenarios, ClientIPScenario{
-		Name: "two X-Forwarded-For lines, the client's first", TrustedProxies: loopback,
-		Requests: reqs, Want: map[string]int{"203.0.113.77": ClientIPLimit},
-	})
-
-	// RFC 7239: a forged element, then the proxy's, quoted IPv6 with a
-	// port, and an inner proxy's trusted element.
-	reqs = nil
-	for i := range n {
-		reqs = append(reqs, ClientIPRequest{Client: "2001:db8:cafe::17", Header: [][2]string{
-			{"Forwarded", fmt.Sprintf("for=198.51.100.%d;proto=https", i+1)},
-			{"Forwarded", fmt.Sprintf(`for="[2001:db8:cafe::17]:%d", for=10.0.0.2`, 4000+i)},
-		}})
-	}
-	scenarios = append(scenarios, ClientIPScenario{
-		Name: "Forwarded, forged element first", TrustedProxies: loopback, Header: "Forwarded",
-		Requests: reqs, Want: map[string]int{"2001:db8:cafe::17": ClientIPLimit},
-	})
-
-	// One client whose address comes IPv4-mapped or not, with and without
-	// a port, behind a trusted hop written IPv4-mapped.
 	forms := []string{"203.0.113.9", "::ffff:203.0.113.9", "[::ffff:203.0.113.9]:5555", "203.0.113.9:5555"}
-	reqs = nil
-	for i := range n {
-		reqs = append(reqs, ClientIPRequest{Client: "203.0.113.9", Header: [][2]string{
-			{"X-Forwarded-For", fmt.Sprintf("::ffff:198.51.100.%d, %s, ::ffff:10.0.0.2", i+1, forms[i%len(forms)])},
-		}})
+	scenarios := []ClientIPScenario{
+		// A client sends its own X-Forwarded-For line, a new address each
+		// time; the proxy appends a second line with the address it saw.
+		oneClient("two X-Forwarded-For lines, the client's first", loopback, "", "203.0.113.77", func(i int) [][2]string {
+			return [][2]string{{"X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i+1)}, {"X-Forwarded-For", "203.0.113.77"}}
+		}),
+		// RFC 7239: a forged element, then the proxy's, quoted IPv6 with a
+		// port, and an inner proxy's trusted element.
+		oneClient("Forwarded, forged element first", loopback, "Forwarded", "2001:db8:cafe::17", func(i int) [][2]string {
+			return [][2]string{
+				{"Forwarded", fmt.Sprintf("for=198.51.100.%d;proto=https", i+1)},
+				{"Forwarded", fmt.Sprintf(`for="[2001:db8:cafe::17]:%d", for=10.0.0.2`, 4000+i)},
+			}
+		}),
+		// One client whose address comes IPv4-mapped or not, with and
+		// without a port, behind a trusted hop written IPv4-mapped.
+		oneClient("IPv4-mapped X-Forwarded-For hops", loopback, "", "203.0.113.9", func(i int) [][2]string {
+			return [][2]string{{"X-Forwarded-For", fmt.Sprintf("::ffff:198.51.100.%d, %s, ::ffff:10.0.0.2", i+1, forms[i%len(forms)])}}
+		}),
+		oneClient("IPv4-mapped X-Real-IP", loopback, "X-Real-IP", "198.51.100.9", func(i int) [][2]string {
+			return [][2]string{{"X-Real-Ip", []string{"::ffff:198.51.100.9", "198.51.100.9"}[i%2]}}
+		}),
+		oneClient("IPv4-mapped Forwarded", loopback, "Forwarded", "198.51.100.9", func(i int) [][2]string {
+			return [][2]string{{"Forwarded", []string{`for="[::ffff:198.51.100.9]"`, "for=198.51.100.9", `for="[::ffff:198.51.100.9]:80"`}[i%3]}}
+		}),
 	}
-	scenarios = append(scenarios, ClientIPScenario{
-		Name: "IPv4-mapped X-Forwarded-For hops", TrustedProxies: loopback,
-		Requests: reqs, Want: map[string]int{"203.0.113.9": ClientIPLimit},
-	})
-	reqs = nil
-	for i := range n {
-		reqs = append(reqs, ClientIPRequest{Client: "198.51.100.9", Header: [][2]string{
-			{"X-Real-Ip", []string{"::ffff:198.51.100.9", "198.51.100.9"}[i%2]},
-		}})
-	}
-	scenarios = append(scenarios, ClientIPScenario{
-		Name: "IPv4-mapped X-Real-IP", TrustedProxies: loopback, Header: "X-Real-IP",
-		Requests: reqs, Want: map[string]int{"198.51.100.9": ClientIPLimit},
-	})
-	reqs = nil
-	for i := range n {
-		reqs = append(reqs, ClientIPRequest{Client: "198.51.100.9", Header: [][2]string{
-			{"Forwarded", []string{`for="[::ffff:198.51.100.9]"`, "for=198.51.100.9", `for="[::ffff:198.51.100.9]:80"`}[i%3]},
-		}})
-	}
-	scenarios = append(scenarios, ClientIPScenario{
-		Name: "IPv4-mapped Forwarded", TrustedProxies: loopback, Header: "Forwarded",
-		Requests: reqs, Want: map[string]int{"198.51.100.9": ClientIPLimit},
-	})
 
 	// A proxy that sends only X-Forwarded-For in front of three clients,
 	// who also send forged Forwarded and X-Real-IP fields, interleaved.
 	clients := []string{"198.51.100.1", "198.51.100.2", "2001:db8:1:2::3"}
-	reqs = nil
-	for i := range 3 * n {
+	mixed := ClientIPScenario{Name: "X-Forwarded-For-only proxy, several clients", TrustedProxies: loopback, Want: map[string]int{}}
+	for i := range 3 * 4 * ClientIPLimit {
 		c := clients[i%len(clients)]
-		reqs = append(reqs, ClientIPRequest{Client: c, Header: [][2]string{
+		mixed.Want[c] = ClientIPLimit
+		mixed.Requests = append(mixed.Requests, ClientIPRequest{Client: c, Header: [][2]string{
 			{"X-Real-Ip", fmt.Sprintf("192.0.2.%d", i%250+1)},
 			{"Forwarded", fmt.Sprintf("for=192.0.2.%d", i%250+1)},
 			{"X-Forwarded-For", c},
 		}})
 	}
-	scenarios = append(scenarios, ClientIPScenario{
-		Name: "X-Forwarded-For-only proxy, several clients", TrustedProxies: loopback,
-		Requests: reqs, Want: map[string]int{clients[0]: ClientIPLimit, clients[1]: ClientIPLimit, clients[2]: ClientIPLimit},
-	})
+	scenarios = append(scenarios, mixed)
 
 	// From an untrusted peer, no header mints an identity: whatever each
 	// request forges, all of them share the peer's quota.
 	for _, header := range []string{"", "Forwarded", "X-Real-IP"} {
-		reqs = nil
-		for i := range n {
-			reqs = append(reqs, ClientIPRequest{Client: "peer", Header: [][2]string{
+		name := "untrusted peer, header " + map[string]string{"": "X-Forwarded-For"}[header] + header
+		scenarios = append(scenarios, oneClient(name, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, header, "peer", func(i int) [][2]string {
+			return [][2]string{
 				{"X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i+1)},
 				{"Forwarded", fmt.Sprintf("for=198.51.100.%d", i+1)},
 				{"X-Real-Ip", fmt.Sprintf("198.51.100.%d", i+1)},
-			}})
-		}
-		scenarios = append(scenarios, ClientIPScenario{
-			Name:           "untrusted peer, header " + map[string]string{"": "X-Forwarded-For"}[header] + header,
-			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Header: header,
-			Requests: reqs, Want: map[string]int{"peer": ClientIPLimit},
-		})
+			}
+		}))
 	}
 	return scenarios
 }

@@ -7,8 +7,11 @@
 //	ADDR                 listen address (default ":8080")
 //	REDIS_URL            Redis to use (default "redis://127.0.0.1:6379/0")
 //	REDIS_CLUSTER_ADDRS  host:port,host:port,... selects Redis Cluster instead
-//	TRUSTED_PROXIES      CIDRs or IPs of proxies whose X-Forwarded-For to
-//	                     believe, comma-separated (default: none)
+//	TRUSTED_PROXIES      CIDRs or IPs of the proxies whose forwarding header
+//	                     to believe, comma-separated (default: none)
+//	CLIENT_IP_HEADER     the header those proxies set: X-Forwarded-For
+//	                     (default), Forwarded, or X-Real-IP (opt-in, for a
+//	                     proxy that overwrites it)
 //
 // It stops gracefully on SIGINT or SIGTERM.
 package main
@@ -59,11 +62,12 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
+	// The client IP, the same way in every example: by slidelimit.ClientIP.
+	ip, err := slidelimit.ParseClientIP(os.Getenv("TRUSTED_PROXIES"), os.Getenv("CLIENT_IP_HEADER"))
 	if err != nil {
-		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
+		return fmt.Errorf("TRUSTED_PROXIES, CLIENT_IP_HEADER: %w", err)
 	}
-	e := newServer(lim, proxies)
+	e := newServer(lim, ip)
 
 	ln, err := net.Listen("tcp", envOr("ADDR", ":8080"))
 	if err != nil {
@@ -93,15 +97,16 @@ func run(ctx context.Context) error {
 }
 
 // newServer routes GET /ping through the limiter, keyed by client IP, and
-// GET /healthz around it. Only the listed proxies' X-Forwarded-For is
-// believed; with none, the client IP is the peer address.
-func newServer(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies) *echo.Echo {
+// GET /healthz around it. The client IP is ip's: the peer address, or,
+// from one of its trusted proxies, the address their forwarding header
+// names, as slidelimit.ClientIP resolves it in every example.
+func newServer(lim *slidelimit.Limiter, ip slidelimit.ClientIP) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true // run logs the address
 	// Without an IPExtractor, c.RealIP() believes X-Forwarded-For from
 	// anyone; set one, so that the app's own uses of c.RealIP() are safe
 	// too. echolimit resolves the client itself, by slidelimit.ClientIP.
-	if len(trustedProxies) == 0 {
+	if len(ip.TrustedProxies) == 0 {
 		e.IPExtractor = echo.ExtractIPDirect()
 	} else {
 		trust := []echo.TrustOption{
@@ -109,13 +114,13 @@ func newServer(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies
 			// private addresses unless told otherwise.
 			echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false),
 		}
-		for _, p := range trustedProxies {
+		for _, p := range ip.TrustedProxies {
 			trust = append(trust, echo.TrustIPRange(ipNet(p)))
 		}
 		e.IPExtractor = echo.ExtractIPFromXFFHeader(trust...)
 	}
 	limit := echolimit.NewWithConfig(lim, echolimit.Config{ // keyed by client IP, IPv6 grouped by /64
-		IdentifierExtractor: echolimit.ClientIP{TrustedProxies: trustedProxies}.Key,
+		IdentifierExtractor: echolimit.ClientIP(ip).Key,
 	})
 
 	e.GET("/ping", func(c echo.Context) error { return c.String(http.StatusOK, "pong\n") }, limit)

@@ -39,7 +39,7 @@ func get(e *echo.Echo, remote, path string, header ...string) *httptest.Response
 }
 
 func TestPing(t *testing.T) {
-	e := newServer(newLimiter(t), nil)
+	e := newServer(newLimiter(t), slidelimit.ClientIP{})
 	for i, want := range []int{200, 200, 200, 200, 200, 429} {
 		// Without trusted proxies a forged X-Forwarded-For changes nothing.
 		rec := get(e, "203.0.113.9:40000", "/ping", "X-Forwarded-For", "198.51.100.1")
@@ -60,7 +60,7 @@ func TestPingBehindProxy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ParseTrustedProxies() error = %v", err)
 	}
-	e := newServer(newLimiter(t), proxies)
+	e := newServer(newLimiter(t), slidelimit.ClientIP{TrustedProxies: proxies})
 	for i, client := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5", "198.51.100.6"} {
 		rec := get(e, "10.0.0.1:40000", "/ping", "X-Forwarded-For", client)
 		if rec.Code != http.StatusOK || rec.Header().Get("X-RateLimit-Remaining") != "4" {

@@ -7,14 +7,11 @@
 //	ADDR                 listen address (default ":8080")
 //	REDIS_URL            Redis to use (default "redis://127.0.0.1:6379/0")
 //	REDIS_CLUSTER_ADDRS  host:port,host:port,... selects Redis Cluster instead
-//	TRUSTED_PROXIES      IPs or CIDRs of proxies whose X-Real-IP to believe,
-//	                     comma-separated (default: none)
-//
-// Behind a proxy, list it in TRUSTED_PROXIES and have it set X-Real-IP to
-// the address it received the request from (nginx: proxy_set_header
-// X-Real-IP $remote_addr). Fiber reads the left-most address of a
-// forwarding header, which a client can forge in an X-Forwarded-For that
-// the proxy appends to, so this server reads X-Real-IP.
+//	TRUSTED_PROXIES      CIDRs or IPs of the proxies whose forwarding header
+//	                     to believe, comma-separated (default: none)
+//	CLIENT_IP_HEADER     the header those proxies set: X-Forwarded-For
+//	                     (default), Forwarded, or X-Real-IP (opt-in, for a
+//	                     proxy that overwrites it)
 //
 // It stops gracefully on SIGINT or SIGTERM.
 package main
@@ -62,11 +59,12 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
+	// The client IP, the same way in every example: by slidelimit.ClientIP.
+	ip, err := slidelimit.ParseClientIP(os.Getenv("TRUSTED_PROXIES"), os.Getenv("CLIENT_IP_HEADER"))
 	if err != nil {
-		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
+		return fmt.Errorf("TRUSTED_PROXIES, CLIENT_IP_HEADER: %w", err)
 	}
-	app := newApp(lim, proxies)
+	app := newApp(lim, ip)
 
 	ln, err := net.Listen("tcp", envOr("ADDR", ":8080"))
 	if err != nil {
@@ -94,24 +92,16 @@ func run(ctx context.Context) error {
 }
 
 // newApp routes GET /ping through the limiter, keyed by client IP, and
-// GET /healthz around it. Only the listed proxies' X-Real-IP is believed;
-// with none, the client IP is the peer address.
-func newApp(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies) *fiber.App {
-	cfg := fiber.Config{DisableStartupMessage: true} // run logs the address
-	if len(trustedProxies) > 0 {
-		// Without EnableTrustedProxyCheck, Fiber believes ProxyHeader from
-		// anyone; with EnableIPValidation, a missing or bad header falls
-		// back to the peer address.
-		cfg.ProxyHeader = "X-Real-IP"
-		cfg.EnableTrustedProxyCheck = true
-		for _, p := range trustedProxies {
-			cfg.TrustedProxies = append(cfg.TrustedProxies, p.String()) // always a CIDR
-		}
-		cfg.EnableIPValidation = true
-	}
-	app := fiber.New(cfg)
-	limit := fiberlimit.New(lim, fiberlimit.Config{ // keyed by client IP, IPv6 grouped by /64
-		KeyGenerator: fiberlimit.ClientIP{TrustedProxies: trustedProxies, Header: slidelimit.HeaderXRealIP}.Key,
+// GET /healthz around it. The client IP is ip's: the peer address, or,
+// from one of its trusted proxies, the address their forwarding header
+// names, as slidelimit.ClientIP resolves it in every example.
+func newApp(lim *slidelimit.Limiter, ip slidelimit.ClientIP) *fiber.App {
+	// Fiber's own ProxyHeader is left unset: the limiter resolves the
+	// client itself, and c.IP() would take the left-most, forgeable
+	// X-Forwarded-For address.
+	app := fiber.New(fiber.Config{DisableStartupMessage: true}) // run logs the address
+	limit := fiberlimit.New(lim, fiberlimit.Config{             // keyed by client IP, IPv6 grouped by /64
+		KeyGenerator: fiberlimit.ClientIP(ip).Key,
 	})
 
 	app.Get("/ping", limit, func(c *fiber.Ctx) error { return c.SendString("pong\n") })

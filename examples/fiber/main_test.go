@@ -43,7 +43,7 @@ func get(t *testing.T, app *fiber.App, path string, header ...string) *http.Resp
 }
 
 func TestPing(t *testing.T) {
-	app := newApp(newLimiter(t), nil)
+	app := newApp(newLimiter(t), slidelimit.ClientIP{})
 	for i, want := range []int{200, 200, 200, 200, 200, 429} {
 		// Without trusted proxies a forged X-Real-IP changes nothing.
 		resp := get(t, app, "/ping", "X-Real-IP", "198.51.100.1")
@@ -60,13 +60,21 @@ func TestPing(t *testing.T) {
 }
 
 func TestPingBehindProxy(t *testing.T) {
-	// app.Test's peer, 0.0.0.0, plays the proxy.
-	app := newApp(newLimiter(t), slidelimit.TrustedProxies{netip.MustParsePrefix("0.0.0.0/32")})
-	for i, client := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5", "198.51.100.6"} {
-		resp := get(t, app, "/ping", "X-Real-IP", client)
-		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-RateLimit-Remaining") != "4" {
-			t.Errorf("GET /ping #%d for %s via proxy = %d remaining %q, want 200 remaining 4",
-				i+1, client, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"))
+	// app.Test's peer, 0.0.0.0, plays the proxy. It sets X-Forwarded-For,
+	// the default, or X-Real-IP, with CLIENT_IP_HEADER=X-Real-IP.
+	proxy := slidelimit.TrustedProxies{netip.MustParsePrefix("0.0.0.0/32")}
+	for _, header := range []string{"", slidelimit.HeaderXRealIP} {
+		ip, err := slidelimit.ParseClientIP(proxy[0].String(), header)
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := newApp(newLimiter(t), ip)
+		for i, client := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5", "198.51.100.6"} {
+			resp := get(t, app, "/ping", ip.Header, client)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-RateLimit-Remaining") != "4" {
+				t.Errorf("%s: GET /ping #%d for %s via proxy = %d remaining %q, want 200 remaining 4",
+					ip.Header, i+1, client, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"))
+			}
 		}
 	}
 }

@@ -7,8 +7,11 @@
 //	ADDR                 listen address (default ":8080")
 //	REDIS_URL            Redis to use (default "redis://127.0.0.1:6379/0")
 //	REDIS_CLUSTER_ADDRS  host:port,host:port,... selects Redis Cluster instead
-//	TRUSTED_PROXIES      CIDRs or IPs of proxies whose X-Forwarded-For to
-//	                     believe, comma-separated (default: none)
+//	TRUSTED_PROXIES      CIDRs or IPs of the proxies whose forwarding header
+//	                     to believe, comma-separated (default: none)
+//	CLIENT_IP_HEADER     the header those proxies set: X-Forwarded-For
+//	                     (default), Forwarded, or X-Real-IP (opt-in, for a
+//	                     proxy that overwrites it)
 //	GIN_MODE             debug (default), release or test, as for any Gin app
 //
 // It stops gracefully on SIGINT or SIGTERM.
@@ -59,11 +62,12 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
+	// The client IP, the same way in every example: by slidelimit.ClientIP.
+	ip, err := slidelimit.ParseClientIP(os.Getenv("TRUSTED_PROXIES"), os.Getenv("CLIENT_IP_HEADER"))
 	if err != nil {
-		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
+		return fmt.Errorf("TRUSTED_PROXIES, CLIENT_IP_HEADER: %w", err)
 	}
-	router, err := newRouter(lim, proxies)
+	router, err := newRouter(lim, ip)
 	if err != nil {
 		return err
 	}
@@ -95,21 +99,22 @@ func run(ctx context.Context) error {
 }
 
 // newRouter routes GET /ping through the limiter, keyed by client IP, and
-// GET /healthz around it. Only the listed proxies' X-Forwarded-For is
-// believed; with none, the client IP is the peer address.
-func newRouter(lim *slidelimit.Limiter, trustedProxies slidelimit.TrustedProxies) (*gin.Engine, error) {
+// GET /healthz around it. The client IP is ip's: the peer address, or,
+// from one of its trusted proxies, the address their forwarding header
+// names, as slidelimit.ClientIP resolves it in every example.
+func newRouter(lim *slidelimit.Limiter, ip slidelimit.ClientIP) (*gin.Engine, error) {
 	r := gin.New()
 	r.Use(gin.Logger(), gin.Recovery())
-	// Gin trusts every proxy until told otherwise; nil trusts none.
+	// Gin trusts every proxy until told otherwise; nil trusts none. This
+	// is for the app's own c.ClientIP(); the limiter does not use it.
 	var cidrs []string
-	for _, p := range trustedProxies {
+	for _, p := range ip.TrustedProxies {
 		cidrs = append(cidrs, p.String())
 	}
 	if err := r.SetTrustedProxies(cidrs); err != nil {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
-	// The client IP by slidelimit.ClientIP: every X-Forwarded-For line.
-	limit := ginlimit.New(lim, ginlimit.WithKey(ginlimit.ClientIP{TrustedProxies: trustedProxies}.Key))
+	limit := ginlimit.New(lim, ginlimit.WithKey(ginlimit.ClientIP(ip).Key))
 
 	r.GET("/ping", limit, func(c *gin.Context) { c.String(http.StatusOK, "pong\n") })
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })

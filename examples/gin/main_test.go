@@ -27,7 +27,7 @@ func newTestRouter(t *testing.T, trustedProxies slidelimit.TrustedProxies) *gin.
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newRouter(lim, trustedProxies)
+	r, err := newRouter(lim, slidelimit.ClientIP{TrustedProxies: trustedProxies})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,11 @@
 //	ADDR                 listen address (default ":8080")
 //	REDIS_URL            Redis to use (default "redis://127.0.0.1:6379/0")
 //	REDIS_CLUSTER_ADDRS  host:port,host:port,... selects Redis Cluster instead
-//	TRUSTED_PROXIES      CIDRs or IPs of proxies whose X-Forwarded-For to
-//	                     believe, comma-separated (default: none)
+//	TRUSTED_PROXIES      CIDRs or IPs of the proxies whose forwarding header
+//	                     to believe, comma-separated (default: none)
+//	CLIENT_IP_HEADER     the header those proxies set: X-Forwarded-For
+//	                     (default), Forwarded, or X-Real-IP (opt-in, for a
+//	                     proxy that overwrites it)
 //	SHADOW               1 runs the limit in shadow mode (default: enforce)
 //
 // It stops gracefully on SIGINT or SIGTERM.
@@ -73,16 +76,17 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxies, err := slidelimit.ParseTrustedProxies(strings.Split(os.Getenv("TRUSTED_PROXIES"), ",")...)
+	// The client IP, the same way in every example: by slidelimit.ClientIP.
+	ip, err := slidelimit.ParseClientIP(os.Getenv("TRUSTED_PROXIES"), os.Getenv("CLIENT_IP_HEADER"))
 	if err != nil {
-		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
+		return fmt.Errorf("TRUSTED_PROXIES, CLIENT_IP_HEADER: %w", err)
 	}
 
 	ln, err := net.Listen("tcp", envOr("ADDR", ":8080"))
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: newHandler(lim, reg, proxies), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newHandler(lim, reg, ip), ReadHeaderTimeout: 10 * time.Second}
 	log.Printf("listening on %s", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -115,11 +119,11 @@ func newLimiter(rdb redis.UniversalClient, metrics *promlimit.Metrics, shadow bo
 }
 
 // newHandler routes GET /ping through the limiter, keyed by client IP, and
-// GET /metrics and GET /healthz around it. Only the listed proxies'
-// X-Forwarded-For is believed; with none, the client IP is the peer address.
-func newHandler(lim *slidelimit.Limiter, reg *prometheus.Registry, trustedProxies slidelimit.TrustedProxies) http.Handler {
-	ips := httplimit.ClientIP{TrustedProxies: trustedProxies}
-	limit := httplimit.New(lim, httplimit.WithKey(ips.Key))
+// GET /metrics and GET /healthz around it. The client IP is ip's: the peer
+// address, or, from one of its trusted proxies, the address their
+// forwarding header names, as slidelimit.ClientIP resolves it.
+func newHandler(lim *slidelimit.Limiter, reg *prometheus.Registry, ip slidelimit.ClientIP) http.Handler {
+	limit := httplimit.New(lim, httplimit.WithKey(httplimit.ClientIP(ip).Key))
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /ping", limit(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -25,7 +25,7 @@ func serve(t *testing.T, shadow bool) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newHandler(lim, reg, nil)
+	return newHandler(lim, reg, slidelimit.ClientIP{})
 }
 
 func get(h http.Handler, path string) *httptest.ResponseRecorder {

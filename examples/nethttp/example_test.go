@@ -27,7 +27,7 @@ func Example() {
 		panic(err)
 	}
 	_ = lim.Reset(context.Background(), slidelimit.IPIdentity("192.0.2.1", 0)) // a clean slate
-	handler := newHandler(lim, nil)
+	handler := newHandler(lim, slidelimit.ClientIP{})
 
 	for range 6 {
 		r := httptest.NewRequest(http.MethodGet, "/ping", nil)

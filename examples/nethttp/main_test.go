@@ -20,7 +20,7 @@ func TestPing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHandler(lim, nil)
+	h := newHandler(lim, slidelimit.ClientIP{})
 	want := []int{200, 200, 200, 200, 200, 429}
 	for i, w := range want {
 		r := httptest.NewRequest(http.MethodGet, "/ping", nil)
@@ -48,7 +48,7 @@ func TestPingBehindProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHandler(lim, slidelimit.TrustedProxies{netip.MustParsePrefix("10.0.0.0/8")})
+	h := newHandler(lim, slidelimit.ClientIP{TrustedProxies: slidelimit.TrustedProxies{netip.MustParsePrefix("10.0.0.0/8")}})
 	for i, client := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5", "198.51.100.6"} {
 		r := httptest.NewRequest(http.MethodGet, "/ping", nil)
 		r.RemoteAddr = "10.0.0.1:40000"

@@ -1,0 +1,239 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	slidelimit "github.com/slidelimit/slidelimit/core"
+)
+
+// ErrNoLimiter means a request has no limiter: the middleware was built
+// with a nil limiter and its limiter choice returned nil too. Flows that
+// are not Optional fail such a request with an error wrapping it.
+var ErrNoLimiter = errors.New("no limiter for the request")
+
+// Verdict is what an adapter does with a request, as Decide decided it.
+type Verdict uint8
+
+// The verdicts of Decide.
+const (
+	// Pass passes the request on untouched: it was skipped, or it has no
+	// limiter and the flow is Optional. Nothing was counted.
+	Pass Verdict = iota
+	// Admit passes the request on: the limits admitted it, or Redis failed
+	// and the limiter's FailurePolicy admitted it (Result.Fallback), or
+	// the limiter is in shadow mode (Result.Shadow).
+	Admit
+	// Deny answers the request as denied (HTTP 429, gRPC
+	// ResourceExhausted); Decision.Result is the denial.
+	Deny
+	// Fail answers the request as undecidable: Decision.Err says why, and
+	// Hook has already been given it. An error wrapping
+	// slidelimit.ErrUnavailable is a Redis failure the FailurePolicy
+	// denied (HTTP 503, gRPC Unavailable); any other is the server's
+	// fault (HTTP 500, gRPC Internal).
+	Fail
+)
+
+// Decision is what Decide decided for one request.
+type Decision struct {
+	// Verdict is what the adapter must do.
+	Verdict Verdict
+	// Result is the limiter's decision; the zero Result when no limiter
+	// decided (Pass, and Fail before the limiter was asked).
+	Result slidelimit.Result
+	// Err is why the request failed, for Fail; for an Admit that Redis
+	// could not decide, the Redis error, already given to Hook.
+	Err error
+	// Identity is the identity the limiter was asked about, "" if none.
+	Identity string
+
+	lim *slidelimit.Limiter // the limiter that decided, for a refund
+}
+
+// Flow is the decision flow of one middleware over requests of context
+// type C, such as *gin.Context or echo.Context. Its fields are its
+// settings; a nil function takes the default its doc names. Set them
+// before the first Decide, then leave them: a Flow is safe for concurrent
+// use while no one changes it.
+type Flow[C any] struct {
+	// Name is the adapter's package name, such as "ginlimit": errors the
+	// flow wraps, and the default Hook's log lines, start with it.
+	Name string
+	// Limiter decides every request Limiters gives no limiter.
+	Limiter *slidelimit.Limiter
+	// Limiters chooses the limiter of a request; a nil result means
+	// Limiter. Default: always Limiter.
+	Limiters func(c C) *slidelimit.Limiter
+	// Optional passes a request that has no limiter on unlimited (Pass).
+	// Default: false, which fails it with ErrNoLimiter.
+	Optional bool
+	// Skip exempts the requests on which it returns true (Pass). Default:
+	// skips nothing.
+	Skip func(c C) bool
+	// Key returns the identity a request is limited by. An error, or an
+	// empty identity, fails the request with an error wrapping it
+	// ("<Name>: key: …"; slidelimit.ErrInvalidKey for an empty one).
+	// Required: a nil Key fails every request.
+	Key func(c C) (string, error)
+	// Cost returns the units a request takes. Default: 1.
+	Cost func(c C) int
+	// SetHeaders writes res's rate-limit header fields on c's response,
+	// usually with slidelimit.Headers.SetHeader or Write. It is called once
+	// the limiter has decided, for Admit, Deny and a Fail the limiter
+	// returned. Default: no fields (an adapter such as gRPC's that places
+	// them itself).
+	SetHeaders func(c C, res slidelimit.Result)
+	// Hook receives every error the flow meets: Redis failures, admitted
+	// (fail-open) or not, key, cost and limiter-choice errors, failed
+	// refunds. Default: log with slog.Default at level Error.
+	Hook func(ctx context.Context, c C, err error)
+	// RefundFailed gives back the units of an admitted request whose
+	// status Failed deems failed, when Finish learns it.
+	RefundFailed bool
+	// RefundSuccessful gives back the units of an admitted request whose
+	// status Failed deems not failed.
+	RefundSuccessful bool
+	// Failed reports whether a status makes a request failed, for the
+	// refunds. Default: HTTPFailed, 400 and above.
+	Failed func(status int) bool
+}
+
+// HTTPFailed reports whether an HTTP status makes a request failed by
+// default: 400 and above.
+func HTTPFailed(status int) bool { return status >= 400 }
+
+// Decide runs the flow for the request c, whose context is ctx, and
+// returns what the adapter must do with it. Errors go to Hook before
+// Decide returns.
+func (f *Flow[C]) Decide(ctx context.Context, c C) Decision {
+	if f.Skip != nil && f.Skip(c) {
+		return Decision{}
+	}
+	return f.Limit(ctx, c)
+}
+
+// Limit is Decide without the Skip step, for an adapter that has asked
+// Skip itself, such as the gRPC stream interceptor, whose skipped streams
+// skip its message limit too.
+func (f *Flow[C]) Limit(ctx context.Context, c C) Decision {
+	lim := f.Limiter
+	if f.Limiters != nil {
+		if chosen := f.Limiters(c); chosen != nil {
+			lim = chosen
+		}
+	}
+	if lim == nil {
+		if f.Optional {
+			return Decision{}
+		}
+		return f.fail(ctx, c, fmt.Errorf("%s: %w", f.Name, ErrNoLimiter))
+	}
+	id, err := f.Identify(c)
+	if err != nil {
+		return f.fail(ctx, c, err)
+	}
+	cost := 1
+	if f.Cost != nil {
+		cost = f.Cost(c)
+	}
+	return f.Check(ctx, c, lim, id, cost)
+}
+
+// Identify returns the identity Key gives c, or the *KeyError that fails
+// it: Key's error, or one wrapping slidelimit.ErrInvalidKey for an empty
+// identity or a nil Key. It does not report the error.
+func (f *Flow[C]) Identify(c C) (string, error) {
+	if f.Key == nil {
+		return "", &KeyError{Name: f.Name, Err: fmt.Errorf("%w: no key function", slidelimit.ErrInvalidKey)}
+	}
+	id, err := f.Key(c)
+	if err != nil {
+		return "", &KeyError{Name: f.Name, Err: err}
+	}
+	if id == "" {
+		return "", &KeyError{Name: f.Name, Err: fmt.Errorf("%w: empty identity", slidelimit.ErrInvalidKey)}
+	}
+	return id, nil
+}
+
+// KeyError is the error of a request whose key function failed or gave
+// an empty identity: "<Name>: key: " and Err.
+type KeyError struct {
+	// Name is the adapter's name, as in Flow.Name.
+	Name string
+	// Err is the key function's error.
+	Err error
+}
+
+// Error returns "<Name>: key: " and Err's message.
+func (e *KeyError) Error() string { return e.Name + ": key: " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// Check runs the last steps of the flow, from the limiter's decision on:
+// it asks lim to admit cost units for id, writes the header fields and
+// reports errors, as Decide does once it has chosen the limiter, the key
+// and the cost. Adapters that count something of their own, such as the
+// messages of a gRPC stream, call it directly.
+func (f *Flow[C]) Check(ctx context.Context, c C, lim *slidelimit.Limiter, id string, cost int) Decision {
+	res, err := lim.AllowN(ctx, id, cost)
+	if f.SetHeaders != nil {
+		f.SetHeaders(c, res)
+	}
+	d := Decision{Verdict: Admit, Result: res, Err: err, Identity: id, lim: lim}
+	switch {
+	case err != nil:
+		f.hook(ctx, c, err)
+		if !res.Allowed {
+			d.Verdict = Fail
+		}
+	case !res.Allowed:
+		d.Verdict = Deny
+	}
+	return d
+}
+
+// Refunds reports whether d's units go back by status: whether the adapter
+// must learn the status the request ends with and call Finish. Only
+// requests the limits admitted under RefundFailed or RefundSuccessful do.
+func (f *Flow[C]) Refunds(d Decision) bool {
+	return (f.RefundFailed || f.RefundSuccessful) && d.Verdict == Admit && d.lim != nil && d.Result.Allowed && !d.Result.Fallback
+}
+
+// Finish ends the flow for an admitted request that ended with status:
+// it gives the request's units back when Refunds and the refund settings
+// say so. A failed refund goes to Hook. The refund is owed even when the
+// client is gone, so it outlives ctx's cancellation, bounded by the
+// limiter's timeout.
+func (f *Flow[C]) Finish(ctx context.Context, c C, d Decision, status int) {
+	if !f.Refunds(d) {
+		return
+	}
+	failed := f.Failed
+	if failed == nil {
+		failed = HTTPFailed
+	}
+	if bad := failed(status); bad && f.RefundFailed || !bad && f.RefundSuccessful {
+		if err := d.lim.Refund(context.WithoutCancel(ctx), d.Result); err != nil {
+			f.hook(ctx, c, fmt.Errorf("%s: refund: %w", f.Name, err))
+		}
+	}
+}
+
+// fail reports err and returns a Fail decision for it.
+func (f *Flow[C]) fail(ctx context.Context, c C, err error) Decision {
+	f.hook(ctx, c, err)
+	return Decision{Verdict: Fail, Err: err}
+}
+
+func (f *Flow[C]) hook(ctx context.Context, c C, err error) {
+	if f.Hook != nil {
+		f.Hook(ctx, c, err)
+		return
+	}
+	slog.ErrorContext(ctx, f.Name+": rate limit", "err", err)
+}

@@ -1,0 +1,44 @@
+// Package adaptertest is the conformance suite every adapter of slidelimit
+// passes, in the manner of testing/fstest.TestFS: one call runs every
+// scenario an adapter must get right against real Redis, and a new
+// adapter (chi, Hertz, Fiber v3, your own) proves itself with a few lines
+// of glue.
+//
+// The glue is an Adapter: a function that builds the adapter under test
+// from Settings, in the adapter's own option names, and returns a Server
+// that sends it one Request and reports the Response. Run runs the suite:
+//
+//	func TestConformance(t *testing.T) {
+//		adaptertest.Run(t, func(t *testing.T, s adaptertest.Settings) adaptertest.Server {
+//			opts := []mylimit.Option{mylimit.WithKey(mylimit.ClientIP(s.ClientIP).Key), ...}
+//			...
+//			return adaptertest.HTTPServer(mylimit.New(s.Limiter, opts...)(adaptertest.Handler))
+//		})
+//	}
+//
+// The scenarios, each a subtest of Run:
+//   - burst: concurrent requests from one client beside two busy loops,
+//     on standalone Redis and on Redis Cluster: exactly the quota admitted;
+//   - headers: the rate-limit fields of slidelimit.Headers on admitted and
+//     denied requests, and a denial that says when to retry (HTTP 429 with
+//     Retry-After and the problem+json body of httplimit.NewProblem, gRPC
+//     ResourceExhausted with RetryInfo), with one limit or several, and
+//     the fields Settings.Headers selects;
+//   - failure: fail-open, fail-closed and fail-local with Redis down, each
+//     error handed to the error hook, and limiting back when Redis is;
+//   - shadow: shadow mode admits denials and sends no quota fields for them;
+//   - refund: refund by status, of failed and of successful requests;
+//   - skip, limiter choice and cost;
+//   - client IP: every proxy scenario of redistest.ClientIPScenarios and
+//     hostile forwarding headers;
+//   - hostile keys: identities of any content, each with its own quota, and
+//     a request without its key refused.
+//
+// Status codes are HTTP's; a gRPC adapter's glue maps its codes to them
+// (ResourceExhausted 429, Unavailable 503, Internal 500,
+// Unauthenticated 401, OK 200) and its RetryInfo to Response.RetryAfter.
+//
+// The suite needs the Redis of package redistest: run it under the
+// project's harness (make test), which starts standalone Redis and a
+// Cluster.
+package adaptertest

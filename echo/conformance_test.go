@@ -1,0 +1,38 @@
+package echolimit_test
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adaptertest"
+	echolimit "github.com/slidelimit/slidelimit/echo"
+)
+
+// TestConformance runs the suite every adapter passes.
+func TestConformance(t *testing.T) {
+	adaptertest.Run(t, func(_ *testing.T, s adaptertest.Settings) adaptertest.Server {
+		cfg := echolimit.Config{
+			IdentifierExtractor:    echolimit.ClientIP(s.ClientIP).Key,
+			Limiter:                func(c echo.Context) *slidelimit.Limiter { return s.LimiterFor(c.Request().URL.Path) },
+			Skipper:                func(c echo.Context) bool { return c.Request().URL.Path == s.SkipPath },
+			SkipFailedRequests:     s.RefundFailed,
+			SkipSuccessfulRequests: s.RefundSuccessful,
+			Headers:                s.Headers,
+		}
+		if s.KeyHeader != "" {
+			cfg.IdentifierExtractor = echolimit.KeyByHeader(s.KeyHeader)
+		}
+		if s.CostHeader != "" {
+			cfg.Cost = func(c echo.Context) int { n, _ := strconv.Atoi(c.Request().Header.Get(s.CostHeader)); return n }
+		}
+		if s.Hook != nil {
+			cfg.ErrorHook = func(_ echo.Context, err error) { s.Hook(err) }
+		}
+		e := echo.New()
+		e.Use(echolimit.NewWithConfig(s.Limiter, cfg))
+		e.RouteNotFound("/*", func(c echo.Context) error { return c.NoContent(adaptertest.WantStatus(c.Request().Header)) })
+		return adaptertest.HTTPServer(e)
+	})
+}
