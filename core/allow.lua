@@ -41,11 +41,11 @@
 -- A batch: ARGV[1] is "*", and the decisions of several requests, each with
 -- its own identity and limits, follow one another in one call:
 -- KEYS          every request's keys, request after request: its log, as many
---               times as it has pairs below.
+--               times as it has pairs below (the limiter sends its log once
+--               per limit in either form).
 -- ARGV[2..]     for each request: its number of keys n, cost, request id and
---               now (as above), then n quota and window pairs, the limits
---               padded with pairs of quota 0. (The limiter itself no longer
---               sends batches; the form is kept for its script-level tests.)
+--               now (as above), then n quota and window pairs (pairs of
+--               quota 0 may pad them).
 -- The requests are decided in order, as that many calls would be, under one
 -- TIME. A batch returns an array holding each request's reply, or its error
 -- reply (a hostile key holding another type fails its own request only).
