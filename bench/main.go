@@ -168,6 +168,9 @@ func run() error {
 		return err
 	}
 	b.describe(ctx)
+	if os.Getenv("BENCH_LONG_ONLY") != "" {
+		return b.longWindows(ctx)
+	}
 
 	contenders := []contender{
 		{"slidelimit", []string{"allowed", "denied"}, setupSlidelimit(true)},
@@ -214,6 +217,9 @@ func run() error {
 		return err
 	}
 	if err := b.listpack(ctx); err != nil {
+		return err
+	}
+	if err := b.longWindows(ctx); err != nil {
 		return err
 	}
 	fmt.Printf("\nwhole run: %v\n", time.Since(start).Round(time.Second))

@@ -30,7 +30,7 @@ func (b *bench) memory(ctx context.Context) error {
 	fmt.Printf("\n== Redis memory (MEMORY USAGE ... SAMPLES 0, zset-max-listpack-entries 128)\n")
 	fmt.Printf("%-12s %14s %22s %22s\n", "contender", "B/identity", "B/request (128, lp)", "B/request (1000, sl)")
 
-	limit := slidelimit.PerHour(slidelimit.MaxQuota)
+	limit := slidelimit.PerHour(slidelimit.MaxExactQuota) // exact: one member per unit
 	prefix := b.prefix("mem")
 	lim, err := slidelimit.New(b.rdb, limit, slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(10*time.Second))
 	if err != nil {
@@ -122,7 +122,7 @@ func (b *bench) listpack(ctx context.Context) error {
 	fmt.Printf("\n== zset-max-listpack-entries: memory against Redis time per allow.lua admission (%d keys each; fastest of %d rounds of %d admissions per key, INFO commandstats)\n", keys, rounds, perRound)
 	fmt.Printf("%-8s %-9s %-9s %12s %16s\n", "entries", "requests", "encoding", "B/request", "µs per call")
 	defer b.rdb.ConfigSet(ctx, "zset-max-listpack-entries", "128")
-	limit := slidelimit.PerHour(slidelimit.MaxQuota)
+	limit := slidelimit.PerHour(slidelimit.MaxExactQuota)
 	for _, entries := range []int{128, 512, 1024} {
 		if err := b.rdb.ConfigSet(ctx, "zset-max-listpack-entries", strconv.Itoa(entries)).Err(); err != nil {
 			return err

@@ -1,20 +1,51 @@
--- allow.lua: sliding-window-log admission for one identity under one or more limits.
+-- allow.lua: sliding-window-log admission for one identity under one or more
+-- limits, all counted from one log.
 --
--- KEYS[i]       the sorted set of limit i. All keys share the identity's {hash tag},
---               so Redis Cluster runs the script on one shard. A member is one
---               admitted unit; its score is the admission time in microseconds.
+-- KEYS[1]       the identity's log: a sorted set with one member per admitted
+--               unit, scored with its admission time in µs. Every exact limit
+--               counts the members inside its own window, so a request is
+--               recorded once whatever the number of limits, and a limit whose
+--               quota or window changes counts what was admitted already.
+--               The script also uses keys named after KEYS[1], so they share
+--               its {hash tag} and slot. They are not declared, on purpose:
+--               while Redis Cluster migrates a slot, a script declaring several
+--               keys of which some do not exist yet gets TRYAGAIN until the
+--               migration ends, so a new identity could not be decided; each
+--               command the script sends names one key, which Redis routes.
+--   KEYS[1]..":#keep"    the log's retention record, "window_us:until_s": some
+--               caller enforced a limit of that window, the longest, and the
+--               log keeps that much history until the Unix second until_s.
+--               Without it a caller with a short window would evict what
+--               another caller's longer window still counts.
+--   KEYS[1]..":#"..step  the stepped log of a step (in µs): a string of about
+--               5.8 KB holding one count per step-long bucket (bucket b covers
+--               the µs b*step up to (b+1)*step) in a ring, and a header with
+--               the total and the log's own retention record (see RING below).
+--   KEYS[1]..":#"..step..":ids"  its request ids: a sorted set of the ids of
+--               the identity's last 128 admissions at that step, scored with
+--               their bucket, so that a retried call counts once and a refund
+--               finds it.
 -- ARGV[1]       cost: how many units the request takes (1 <= cost <= every quota).
 -- ARGV[2]       request id (8 random bytes), or "" to peek: evaluate, record nothing.
 --               A request of cost c records the members id, id.."1", ..., id..(c-1).
 -- ARGV[3]       now in microseconds as a decimal string, or "" to read Redis TIME.
--- ARGV[2+2i]    quota of limit i: the most units its window may hold.
--- ARGV[3+2i]    window of limit i in microseconds.
+-- ARGV[2+2i]    quota of limit i: the most units its window may hold. A quota of
+--               0 ends the list of limits (padding; see the batch form).
+-- ARGV[3+2i]    window of limit i in microseconds: "window" for a limit counted
+--               exactly in the log, "window:step" for one counted in the
+--               stepped log of that step. A stepped limit counts every bucket
+--               its window touches, so it never admits more than its quota in
+--               any window and frees a unit at most one step later than the
+--               exact log would.
 --
 -- A batch: ARGV[1] is "*", and the decisions of several requests, each with
 -- its own identity and limits, follow one another in one call:
--- KEYS          every request's keys, request after request.
+-- KEYS          every request's keys, request after request: its log, as many
+--               times as it has pairs below (the limiter sends its log once
+--               per limit in either form).
 -- ARGV[2..]     for each request: its number of keys n, cost, request id and
---               now (as above), then its n quota and window pairs.
+--               now (as above), then n quota and window pairs (pairs of
+--               quota 0 may pad them).
 -- The requests are decided in order, as that many calls would be, under one
 -- TIME. A batch returns an array holding each request's reply, or its error
 -- reply (a hostile key holding another type fails its own request only).
@@ -31,25 +62,25 @@
 --     reset_after_us  time until limit i's window is empty (0 if it is empty)
 --
 -- Time: Redis TIME by default, so every application server shares one clock.
--- Writes: only when every limit admits, and then to every key; a denied request
--- leaves each set as it was apart from evicting entries that left the window.
+-- Writes: only when every limit admits, and then the request's members to
+-- the exact log (if an exact limit counts it) and its cost to the bucket of
+-- now in each stepped log; a denied request leaves them as they were apart
+-- from evicting what is older than the retained history.
 --
--- Cost (every call below is measured in BENCHMARKS.md): per limit one
--- ZREMRANGEBYSCORE and one ZCARD; an admission adds one ZADD NX and one
--- PEXPIRE per limit and nothing else. ZADD NX adding nothing is what reveals a
+-- Cost (measured in BENCHMARKS.md): for exact limits one GET of the record,
+-- one ZREMRANGEBYSCORE, and per limit one ZCARD (the longest window) or
+-- ZCOUNT (a shorter one); an admission adds one ZADD NX per 100 units, one
+-- PEXPIRE, and once a window one SET of the record. For each step one
+-- GETRANGE of the header, and once a step a GETRANGE and SETRANGE of the
+-- buckets that left; a shorter window of the same step reads its buckets
+-- (one or two GETRANGE); an admission adds one ZADD NX, ZREMRANGEBYRANK and
+-- PEXPIRE of the ids, one BITFIELD INCRBY, SETRANGE and PEXPIRE of the log,
+-- whatever its cost. A denial by a stepped limit reads its buckets to find
+-- when enough leave. No bucket number is ever formatted: slots are offsets. ZADD NX adding nothing is what reveals a
 -- retried call there, so ZSCORE runs only before a denial. An admitted request
 -- is the newest member, so its reset time is the window and needs no ZRANGE
 -- under Redis TIME; with a caller's clock (ARGV[3]) another server's clock may
 -- run ahead, so the newest member is read.
---
--- A batch saves Redis a command, a script call and TIME for every request
--- after its first (measured in BENCHMARKS.md).
---
--- Inside Redis the Lua work costs as much as a Redis call, so the admission
--- path keeps it small: it writes the reply as it admits and returns, without
--- a second pass over the limits; the score is TIME's two strings joined, and
--- the ms of PEXPIRE are the window's digits, so neither is formatted from a
--- number (Redis 7.0 formats numbers with printf's costly floating-point path).
 
 local call = redis.call
 
@@ -57,8 +88,112 @@ local call = redis.call
 -- µs, and the score as a decimal string.
 local time_now, time_score
 
--- decide decides one request: its keys are KEYS[k0+1..k0+n], the quota and
--- window of limit i are ARGV[a0+2i] and ARGV[a0+2i+1].
+-- ms returns d µs in whole ms, rounded up, as a decimal string.
+local function ms(d)
+  return tostring(math.ceil(d / 1000))
+end
+
+-- A stepped log is a string: a header of five little-endian doubles (o, the
+-- oldest bucket kept; n, the newest; t, the units in o..n; k and u, the
+-- retention record: a window in µs kept until the Unix second u), then a
+-- ring of RING unsigned 32-bit counts, big-endian as BITFIELD keeps
+-- them, bucket b in slot b % RING. Slots of
+-- buckets outside o..n hold 0. RING exceeds the most steps a window may
+-- span (MaxSteps, 1,440) by the two buckets a window straddles and slack.
+local RING, HDR = 1444, 40
+
+-- ring_read returns the counts of buckets a..b (b - a < RING) of key.
+local function ring_read(key, a, b)
+  local out = {}
+  if b < a then
+    return out
+  end
+  local sa, sb = a % RING, b % RING
+  local parts = {sa, sb}
+  if sa > sb then
+    parts = {sa, RING - 1, 0, sb}
+  end
+  for i = 1, #parts, 2 do
+    local n = parts[i + 1] - parts[i] + 1
+    local s = call('GETRANGE', key, HDR + 4 * parts[i], HDR + 4 * parts[i + 1] + 3)
+    local got = math.floor(#s / 4)
+    if got > 0 then
+      local v = {struct.unpack('>' .. string.rep('I4', got), s)}
+      for j = 1, got do
+        out[#out + 1] = v[j]
+      end
+    end
+    for _ = got + 1, n do
+      out[#out + 1] = 0
+    end
+  end
+  return out
+end
+
+-- ring_zero zeroes the slots of buckets a..b of key.
+local function ring_zero(key, a, b)
+  if b - a + 1 >= RING then
+    call('SETRANGE', key, HDR, string.rep('\0', 4 * RING))
+    return
+  end
+  local sa, sb = a % RING, b % RING
+  if sa <= sb then
+    call('SETRANGE', key, HDR + 4 * sa, string.rep('\0', 4 * (sb - sa + 1)))
+  else
+    call('SETRANGE', key, HDR + 4 * sa, string.rep('\0', 4 * (RING - sa)))
+    call('SETRANGE', key, HDR, string.rep('\0', 4 * (sb + 1)))
+  end
+end
+
+-- stepped_state reads stepped log g, evicts the buckets older than its
+-- kept history, and fills in g's fields: keep, o, n, t, k, u, and b, the
+-- bucket an admission now goes to.
+local function stepped_state(g, now)
+  local o, n, t, k, u = 0, 0, 0, 0, 0
+  local h = call('GETRANGE', g.key, 0, HDR - 1)
+  if #h == HDR then
+    o, n, t, k, u = struct.unpack('<ddddd', h)
+  end
+  g.new = #h < HDR
+  local keep = g.longest
+  if k > keep and u * 1000000 > now then
+    keep = k
+  end
+  local S = g.step
+  local first = math.floor((now - keep) / S) -- the oldest bucket still counted
+  if t > 0 and o < first then
+    if n < first then
+      ring_zero(g.key, o, n) -- everything left the kept history
+      t = 0
+    else
+      for _, c in ipairs(ring_read(g.key, o, first - 1)) do
+        t = t - c
+      end
+      ring_zero(g.key, o, first - 1)
+      o = first
+    end
+    call('SETRANGE', g.key, 0, struct.pack('<ddddd', o, n, t, k, u))
+  end
+  -- An admission goes to the bucket of now, or to the newest if another
+  -- clock ran ahead: later, so never too early out of any window.
+  local b = math.floor(now / S)
+  if t > 0 and b < n then
+    b = n
+  end
+  g.keep, g.o, g.n, g.t, g.k, g.u, g.b = keep, o, n, t, k, u, b
+end
+
+-- counts returns the counts of stepped log g's buckets from..g.n.
+local function counts(g, from)
+  if g.t == 0 then
+    return {}
+  end
+  return ring_read(g.key, math.max(from, g.o), g.n)
+end
+
+-- decide decides one request: its log is KEYS[k0+1], the quota and window
+-- of limit i are ARGV[a0+2i] and ARGV[a0+2i+1] for i = 1..n, the limits
+-- ending at the first quota of 0.
 local function decide(k0, n, cost, id, clock, a0)
   local now, score
   if clock == '' then
@@ -76,34 +211,112 @@ local function decide(k0, n, cost, id, clock, a0)
   else
     now, score = tonumber(clock), clock
   end
+  local log = KEYS[k0 + 1]
+  local record = log .. ':#keep'
 
-  -- out is the reply. Until limit i's three values are written, out[3i],
-  -- out[3i+1] and out[3i+2] hold its count, quota and window.
-  local out = {0, 0, 0, 0, 0}
-  local fits = true
-  -- Scores are exact integers in µs. The cutoff goes to Redis as a Lua number,
-  -- which Redis formats exactly (tostring and string.format's %d would not: the
-  -- first rounds, the second overflows where a C long has 32 bits).
+  -- The limits: quota[i], window[i] and group[i] (nil for the exact log,
+  -- else the stepped log of its step), and the longest exact window.
+  local m, quota, window, group = 0, {}, {}, {}
+  local groups, longest, longest_s = {}, 0, nil
   for i = 1, n do
-    local key, quota, window = KEYS[k0 + i], tonumber(ARGV[a0 + 2 * i]), tonumber(ARGV[a0 + 1 + 2 * i])
-    call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-    local count = call('ZCARD', key)
-    out[3 * i], out[3 * i + 1], out[3 * i + 2] = count, quota, window
-    if count + cost > quota then
+    local q = tonumber(ARGV[a0 + 2 * i])
+    if q == 0 then
+      break
+    end
+    m = i
+    local arg = ARGV[a0 + 1 + 2 * i]
+    local w, st = string.match(arg, '^(%d+):(%d+)$')
+    quota[i] = q
+    if w then
+      local key = log .. ':#' .. st
+      w, st = tonumber(w), tonumber(st)
+      local g
+      for _, x in ipairs(groups) do
+        if x.step == st then
+          g = x
+        end
+      end
+      if not g then
+        local j = #groups + 1
+        g = {step = st, key = key, ids = key .. ':ids', longest = 0}
+        groups[j] = g
+      end
+      if w > g.longest then
+        g.longest = w
+      end
+      window[i], group[i] = w, g
+    else
+      w = tonumber(arg)
+      window[i] = w
+      if w > longest then
+        longest, longest_s = w, arg
+      end
+    end
+  end
+
+  -- The exact log keeps this call's longest exact window, or a longer one
+  -- another caller enforced lately (the record).
+  local keep, keep_s, rec_window, rec_until = longest, longest_s, nil, nil
+  if longest > 0 then
+    do
+      local r = call('GET', record)
+      if r then
+        local w, u = string.match(r, '^(%d+):(%d+)$')
+        rec_window, rec_until = tonumber(w), tonumber(u)
+        if rec_window > keep and rec_until * 1000000 > now then
+          keep, keep_s = rec_window, w
+        end
+      end
+    end
+    -- Scores are exact integers in µs. The cutoffs go to Redis as Lua
+    -- numbers, which Redis formats exactly (tostring and string.format's
+    -- %d would not: the first rounds, the second overflows where a C long
+    -- has 32 bits).
+    call('ZREMRANGEBYSCORE', log, '-inf', now - keep)
+  end
+  for _, g in ipairs(groups) do
+    stepped_state(g, now)
+  end
+
+  -- count[i]: the units limit i counts now. A stepped limit counts whole
+  -- buckets, from the one its window starts in.
+  local count, fits, total = {}, true, nil
+  for i = 1, m do
+    local g, c = group[i], nil
+    if not g then
+      if window[i] >= keep then
+        total = total or call('ZCARD', log)
+        c = total
+      else
+        c = call('ZCOUNT', log, now - window[i] + 1, '+inf')
+      end
+    elseif window[i] >= g.keep then
+      c = g.t
+    else
+      c = 0
+      for _, x in ipairs(counts(g, math.floor((now - window[i]) / g.step))) do
+        c = c + x
+      end
+    end
+    count[i] = c
+    if c + cost > quota[i] then
       fits = false
     end
   end
 
+  local out = {0, 0}
   local duplicate = 0
   if fits and id ~= '' then
-    for i = 1, n do
-      local key, j = KEYS[k0 + i], 3 * i
-      local added = 0
+    -- The first write of the id tells a retried call: the exact log's
+    -- members, else the first stepped log's ids.
+    local added = 1
+    if longest > 0 then
       if cost == 1 then
-        added = call('ZADD', key, 'NX', score, id)
+        added = call('ZADD', log, 'NX', score, id)
       else
-        -- Members id, id..1, ..., id..(cost-1), in chunks, so a large cost
-        -- never overflows Lua's stack in unpack.
+        -- Members id, id..1, ..., id..(cost-1), in chunks, so a large
+        -- cost never overflows Lua's stack in unpack.
+        added = 0
         local args = {'NX'}
         for u = 0, cost - 1 do
           args[#args + 1] = score
@@ -113,30 +326,84 @@ local function decide(k0, n, cost, id, clock, a0)
             args[#args + 1] = id .. u
           end
           if #args >= 201 or u == cost - 1 then
-            added = added + call('ZADD', key, unpack(args))
+            added = added + call('ZADD', log, unpack(args))
             args = {'NX'}
           end
         end
       end
-      if added == 0 and i == 1 then
-        duplicate = 1 -- a retried call: its members were all there
-        break
-      end
-      local count, quota, window = out[j] + cost, out[j + 1], out[j + 2]
-      local ms -- the window in ms, rounded up
-      if window % 1000 == 0 then
-        ms = string.sub(ARGV[a0 + 1 + 2 * i], 1, -4)
-      else
-        ms = math.ceil(window / 1000)
-      end
-      call('PEXPIRE', key, ms)
-      local reset = window
-      if clock ~= '' then
-        reset = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] + window - now
-      end
-      out[j], out[j + 1], out[j + 2] = quota - count, 0, reset
     end
-    if duplicate == 0 then
+    if added ~= 0 then
+      for j, g in ipairs(groups) do
+        -- Request ids: the identity's 128 most recent admissions at this
+        -- step, scored with their bucket; trimmed first, so that the set
+        -- never passes 128 and stays a listpack (zset-max-listpack-entries).
+        call('ZREMRANGEBYRANK', g.ids, 0, -128)
+        local a = call('ZADD', g.ids, 'NX', g.b, id)
+        if j == 1 and longest == 0 then
+          added = a
+          if a == 0 then
+            break
+          end
+        end
+      end
+    end
+    if added == 0 then
+      duplicate = 1 -- a retried call: its id was there
+    else
+      if longest > 0 then
+        -- The key lives as long as the history it must keep: keep in
+        -- ms, rounded up (the digits of keep when it is whole ms).
+        local pms
+        if keep % 1000 == 0 then
+          pms = string.sub(keep_s, 1, -4)
+        else
+          pms = ms(keep)
+        end
+        call('PEXPIRE', log, pms)
+        -- This call's longest window is the one to keep: say so for two
+        -- windows, renewed once a window.
+        if longest >= keep and (rec_window ~= longest or rec_until * 1000000 - now < longest) then
+          local until_s = math.ceil((now + 2 * longest) / 1000000)
+          call('SET', record, longest_s .. ':' .. until_s, 'PX', ms(2 * longest))
+        end
+      end
+      for _, g in ipairs(groups) do
+        local b = g.b
+        if g.t == 0 then
+          g.o, g.n = b, b
+        elseif b > g.n then
+          g.n = b
+        end
+        if g.new then
+          -- Written whole once, so Redis never grows it (and doubles it).
+          call('SETRANGE', g.key, 0, string.rep('\0', HDR + 4 * RING))
+        end
+        call('BITFIELD', g.key, 'INCRBY', 'u32', '#' .. (HDR / 4 + b % RING), cost)
+        g.t = g.t + cost
+        -- This call's longest window at this step is the one to keep: say
+        -- so for two windows, renewed once a window.
+        if g.longest >= g.keep and (g.k ~= g.longest or g.u * 1000000 - now < g.longest) then
+          g.k, g.u = g.longest, math.ceil((now + 2 * g.longest) / 1000000)
+        end
+        call('SETRANGE', g.key, 0, struct.pack('<ddddd', g.o, g.n, g.t, g.k, g.u))
+        local life = ms(g.keep + g.step)
+        call('PEXPIRE', g.key, life)
+        call('PEXPIRE', g.ids, life)
+      end
+      local newest
+      for i = 1, m do
+        local j, g = 3 * i, group[i]
+        local reset
+        if g then
+          reset = (g.n + 1) * g.step + window[i] - now
+        elseif clock ~= '' then
+          newest = newest or call('ZRANGE', log, -1, -1, 'WITHSCORES')[2]
+          reset = newest + window[i] - now
+        else
+          reset = window[i]
+        end
+        out[j], out[j + 1], out[j + 2] = quota[i] - count[i] - cost, 0, reset
+      end
       out[1] = 1
       return out
     end
@@ -144,29 +411,54 @@ local function decide(k0, n, cost, id, clock, a0)
 
   -- Not recorded: a denial, a peek or a retried call.
   local allowed = 0
-  if fits or id ~= '' and call('ZSCORE', KEYS[k0 + 1], id) then
+  if fits then
     allowed = 1
-    if not fits then
-      duplicate = 1
+  elseif id ~= '' then
+    local seen
+    if longest > 0 then
+      seen = call('ZSCORE', log, id)
+    else
+      seen = call('ZSCORE', groups[1].ids, id)
+    end
+    if seen then
+      allowed, duplicate = 1, 1
     end
   end
   out[1], out[2] = allowed, duplicate
-  for i = 1, n do
-    local j, key = 3 * i, KEYS[k0 + i]
-    local count, quota, window = out[j], out[j + 1], out[j + 2]
-    local remaining = quota - count
+  local newest
+  for i = 1, m do
+    local j, g, c, q, w = 3 * i, group[i], count[i], quota[i], window[i]
+    local remaining = q - c
     if remaining < 0 then
       remaining = 0
     end
-    local retry = 0
-    if allowed == 0 and count + cost > quota then
-      -- This limit admits the cost once its k-th oldest unit leaves the window.
-      local k = count + cost - quota
-      retry = call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')[2] + window - now
+    local retry, reset = 0, 0
+    if allowed == 0 and c + cost > q then
+      -- This limit admits the cost once the k-th oldest unit it counts
+      -- has left its window.
+      local k = c + cost - q
+      if not g then
+        -- Its window holds the newest c members.
+        retry = call('ZRANGE', log, k - 1 - c, k - 1 - c, 'WITHSCORES')[2] + w - now
+      else
+        -- A bucket leaves the window whole, a step after its start.
+        local from = math.max(math.floor((now - w) / g.step), g.o)
+        for x, units in ipairs(counts(g, from)) do
+          k = k - units
+          if k <= 0 then
+            retry = (from + x) * g.step + w - now
+            break
+          end
+        end
+      end
     end
-    local reset = 0
-    if count > 0 then
-      reset = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] + window - now
+    if c > 0 then
+      if g then
+        reset = (g.n + 1) * g.step + w - now
+      else
+        newest = newest or call('ZRANGE', log, -1, -1, 'WITHSCORES')[2]
+        reset = newest + w - now
+      end
     end
     out[j], out[j + 1], out[j + 2] = remaining, retry, reset
   end
@@ -174,7 +466,7 @@ local function decide(k0, n, cost, id, clock, a0)
 end
 
 if ARGV[1] ~= '*' then
-  return decide(0, #KEYS, tonumber(ARGV[1]), ARGV[2], ARGV[3], 2)
+  return decide(0, (#ARGV - 3) / 2, tonumber(ARGV[1]), ARGV[2], ARGV[3], 2)
 end
 
 local replies, k0, a = {}, 0, 2

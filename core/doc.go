@@ -18,21 +18,44 @@
 //
 // # Algorithm
 //
-// Each identity has one Redis sorted set per limit, holding one member per
-// unit admitted in the current window, scored by its admission time. One Lua
-// script evicts the members that left the window, counts the rest, and, if
-// every limit has room, adds the request's members and sets the key's expiry:
-// all atomically in Redis, so "100 per minute" holds exactly across any
-// number of application servers. Denied requests are never recorded, so a
-// client that keeps knocking does not extend its own block. Time comes from
-// Redis TIME, so servers with skewed clocks share one timeline.
+// Each identity has one Redis sorted set, its log, holding one member per
+// unit admitted, scored by its admission time. A limit is a way of counting
+// the log: the units in its window. One Lua script evicts the members older
+// than the longest window any caller enforces on the identity, counts each
+// limit's window, and, if every limit has room, adds the request's members
+// once and sets the key's expiry: all atomically in Redis, so "100 per
+// minute" holds exactly across any number of application servers. Denied
+// requests are never recorded, so a client that keeps knocking does not
+// extend its own block. Time comes from Redis TIME, so servers with skewed
+// clocks share one timeline.
 //
 // Each call carries a unique request id, and a retried call whose id is
 // already recorded counts once: go-redis's own retries are safe as they
 // are, and an application that retries a call of unknown outcome gives its
 // attempts one id with ContextWithRequestID. Keys keep the identity in a {hash tag}, so
-// every limit of one identity sits on one Redis Cluster shard; see Key for
+// an identity's keys sit on one Redis Cluster shard; see Key for
 // how identities of any bytes are made safe.
+//
+// # Limits per call
+//
+// Because limits only count the log, a call may bring its own:
+// AllowLimits(ctx, identity, n, limits...) decides under the quota of the
+// tenant's plan, read from a token or a database, with no Limiter per plan.
+// Invalid limits return ErrInvalidLimit at the call. A plan change counts
+// what was admitted already: a tenant that used 900 of 1,000 and moves to
+// 100 is denied until enough units leave the window. Two services enforcing
+// one tenant's plan share its count exactly when they use the same Redis,
+// key prefix and identity.
+//
+// # Long windows
+//
+// An exact log costs memory and Redis time in proportion to the quota. A
+// Limit above MaxExactQuota, or one given a Step (Limit.Stepped), is counted
+// in steps instead: one count per step in a ring of fixed size, so a
+// 100,000-per-day identity at one-minute steps holds about 9 KB and a
+// request of any cost costs Redis the same. It never admits more than the
+// quota in any window, may deny for at most one step longer than the exact
+// log, and reports RetryAfter exact to the step.
 //
 // # Identities and client IPs
 //

@@ -114,9 +114,9 @@ func ExampleKey() {
 		fmt.Println(key)
 	}
 	// Output:
-	// slidelimit:{user:42}:100/1m
-	// slidelimit:{a%7Db%7Bc}:100/1m
-	// slidelimit:{%00%0A}:100/1m
+	// slidelimit:{user:42}
+	// slidelimit:{a%7Db%7Bc}
+	// slidelimit:{%00%0A}
 }
 
 func ExampleIPIdentity() {
@@ -181,4 +181,51 @@ func ExampleFailLocal() {
 	// true true true
 	// true true true
 	// false true true
+}
+
+// Per-tenant plans, read per request (from a token claim or a database),
+// without a Limiter per plan: every plan counts the tenant's one log, so a
+// tenant moved from one plan to another keeps its count.
+func ExampleLimiter_AllowLimits() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(60)) // for calls without a plan
+	if err != nil {
+		panic(err)
+	}
+	plans := map[string][]slidelimit.Limit{
+		"free": {slidelimit.PerMinute(2).Named("free")},
+		"pro":  {slidelimit.PerMinute(100).Named("pro"), slidelimit.PerDay(1000).Named("pro-daily")},
+	}
+	_ = lim.Reset(ctx, "tenant:acme")
+
+	for _, plan := range []string{"free", "free", "free", "pro"} {
+		res, err := lim.AllowLimits(ctx, "tenant:acme", 1, plans[plan]...)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		fmt.Println(plan, res.Allowed, res.Limit, res.Remaining)
+	}
+	// Output:
+	// free true free 1
+	// free true free 0
+	// free false free 0
+	// pro true pro 97
+}
+
+// A limit above MaxExactQuota is counted in steps of Window/1440 unless
+// given a step of its own; Resolution reports the step, 0 for exact.
+func ExampleLimit_Resolution() {
+	fmt.Println(slidelimit.PerMinute(100).Resolution())
+	fmt.Println(slidelimit.PerDay(100_000).Resolution())
+	fmt.Println(slidelimit.PerHour(5000).Resolution())
+	fmt.Println(slidelimit.PerHour(500).Stepped(time.Minute).Resolution())
+	// Output:
+	// 0s
+	// 1m0s
+	// 2.5s
+	// 1m0s
 }

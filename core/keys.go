@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"strconv"
 )
 
 // maxIdentityLen is the longest encoded identity kept readable in a key;
@@ -13,24 +14,61 @@ const maxIdentityLen = 128
 // DefaultPrefix is the key prefix used unless WithPrefix sets another.
 const DefaultPrefix = "slidelimit:"
 
-// Key returns the Redis key that holds identity's requests under limit,
-// for a limiter with the given key prefix: prefix + "{" + identity + "}:" +
-// limit.String(). It is exported for operators who inspect Redis; the
-// limiter builds its keys with it.
+// Key returns the Redis key in which limit counts identity's requests, for a
+// limiter with the given key prefix. It is exported for operators who
+// inspect Redis; the limiter builds its keys with it.
+//
+// An exact limit (see Limit.Resolution) counts the identity's log,
+// prefix + "{" + identity + "}": a sorted set with one member per admitted
+// unit, scored with its admission time in µs, which every exact limit
+// counts whatever its quota or window. Beside it, under the key + ":#keep",
+// a short string records the longest window enforced on the identity
+// lately, so that a caller with a shorter window does not evict history a
+// longer one counts.
+//
+// A stepped limit counts the stepped log of its step, the log's key + ":#"
+// + the step in µs (":#60000000" for a minute): a string of about 5.8 KB, a header
+// (the oldest and newest steps kept, their total, and the log's retention
+// record) and a ring of one 32-bit count per step (allow.lua describes the
+// layout). Its key + ":ids" holds the ids of the identity's last 128
+// admissions at that step, so that a retried call counts once and a refund
+// finds its step.
 //
 // The identity is made safe before it enters the key. Bytes outside printable
 // ASCII and the bytes '%', '{', '}' and '#' are percent-encoded, so that
 // distinct identities never share a key and no identity can pick the hash
 // slot of another; an encoded identity longer than 128 bytes is replaced by
 // '#' and its SHA-256 digest in unpadded base64url. The braces make the
-// identity the key's hash tag: every limit of one identity lives on one
-// Redis Cluster shard. An empty identity is an error wrapping ErrInvalidKey.
+// identity the key's hash tag: the keys of one identity live on one Redis
+// Cluster shard. An empty identity is an error wrapping ErrInvalidKey.
 func Key(prefix, identity string, limit Limit) (string, error) {
 	tag, err := hashTag(identity)
 	if err != nil {
 		return "", err
 	}
-	return prefix + "{" + tag + "}:" + limit.String(), nil
+	key := logKey(prefix, tag)
+	if step := limit.Resolution().Microseconds(); step > 0 {
+		key += stepSuffix(step)
+	}
+	return key, nil
+}
+
+// logKey returns the log's key for the identity of hash tag tag.
+func logKey(prefix, tag string) string {
+	return prefix + "{" + tag + "}"
+}
+
+// recordSuffix follows the log's key in the key of its retention record.
+const recordSuffix = ":#keep"
+
+// idsSuffix follows a stepped log's key in the key of its request ids.
+const idsSuffix = ":ids"
+
+// stepSuffix returns what follows the log's key in the key of its stepped
+// log at step µs: ":#" and the step in µs, such as ":#60000000" for a
+// minute (allow.lua builds it from its arguments).
+func stepSuffix(step int64) string {
+	return ":#" + strconv.FormatInt(step, 10)
 }
 
 // hashTag encodes identity for use between the braces of a key.

@@ -14,18 +14,18 @@ func TestKey(t *testing.T) {
 		identity string
 		want     string
 	}{
-		{"user:42", "p:{user:42}:100/1m"},
-		{"203.0.113.9", "p:{203.0.113.9}:100/1m"},
-		{"a b", "p:{a%20b}:100/1m"},
-		{"{}", "p:{%7B%7D}:100/1m"},
-		{"a}b", "p:{a%7Db}:100/1m"},
-		{"50%", "p:{50%25}:100/1m"},
-		{"#x", "p:{%23x}:100/1m"},
-		{"line\nbreak", "p:{line%0Abreak}:100/1m"},
-		{"\x00\xff", "p:{%00%FF}:100/1m"},
-		{"é", "p:{%C3%A9}:100/1m"},
-		{strings.Repeat("a", 128), "p:{" + strings.Repeat("a", 128) + "}:100/1m"},
-		{strings.Repeat("a", 129), "p:{#wSywJKLlVRzKDgj86PHF4xRVXMP-9jKe6ZSj23UhZq4}:100/1m"},
+		{"user:42", "p:{user:42}"},
+		{"203.0.113.9", "p:{203.0.113.9}"},
+		{"a b", "p:{a%20b}"},
+		{"{}", "p:{%7B%7D}"},
+		{"a}b", "p:{a%7Db}"},
+		{"50%", "p:{50%25}"},
+		{"#x", "p:{%23x}"},
+		{"line\nbreak", "p:{line%0Abreak}"},
+		{"\x00\xff", "p:{%00%FF}"},
+		{"é", "p:{%C3%A9}"},
+		{strings.Repeat("a", 128), "p:{" + strings.Repeat("a", 128) + "}"},
+		{strings.Repeat("a", 129), "p:{#wSywJKLlVRzKDgj86PHF4xRVXMP-9jKe6ZSj23UhZq4}"},
 	}
 	for _, tt := range tests {
 		got, err := slidelimit.Key("p:", tt.identity, lim)
@@ -33,9 +33,24 @@ func TestKey(t *testing.T) {
 			t.Errorf("Key(%q) = %q, %v, want %q, nil", tt.identity, got, err, tt.want)
 		}
 	}
+	// Every limit counts one log: the limit never changes the key.
+	for _, other := range []slidelimit.Limit{slidelimit.PerDay(5), slidelimit.PerSecond(1).Named("burst")} {
+		if a, b := mustKey(t, "x", lim), mustKey(t, "x", other); a != b {
+			t.Errorf("Key(x, %v) = %q, Key(x, %v) = %q, want one key", lim, a, other, b)
+		}
+	}
 	if _, err := slidelimit.Key("p:", "", lim); !errors.Is(err, slidelimit.ErrInvalidKey) {
 		t.Errorf("Key(\"\") error = %v, want ErrInvalidKey", err)
 	}
+}
+
+func mustKey(t *testing.T, identity string, limit slidelimit.Limit) string {
+	t.Helper()
+	key, err := slidelimit.Key("p:", identity, limit)
+	if err != nil {
+		t.Fatalf("Key(%q, %v) = %v", identity, limit, err)
+	}
+	return key
 }
 
 // TestKeyInjective checks that hostile identities never share a key and

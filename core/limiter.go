@@ -12,17 +12,28 @@ import (
 
 // Limiter enforces one or more limits per identity, shared by every process
 // that uses the same Redis and key prefix. It is safe for concurrent use.
+//
+// Each identity has one log in Redis: the requests admitted, one entry per
+// unit, whatever limits admitted them. A limit is a way of counting that
+// log: Quota units in any Window. So a request under several limits is
+// recorded once, and a limit whose quota or window changes, between
+// deployments or between calls (AllowLimits), counts what was admitted
+// already. Two limiters, in one process or in two services, share an
+// identity's count exactly when they share the Redis, the key prefix
+// (WithPrefix) and the identity; their limits need not be the same, and
+// each counts every request the other admitted, as long as the limits share
+// a resolution (Limit.Resolution: exact, or one step). Limiters that must
+// count apart (a login limit beside an API limit, say) take different prefixes
+// or identities.
 type Limiter struct {
-	client   redis.Scripter
-	bounded  bool // the client itself gives up at a context's deadline
-	cfg      config
-	suffixes []string // per limit: "}:" + Limit.String()
-	quotaArg []any    // per limit: quota, window in µs, as the script reads them
-	minQuota int
-	deny     *denyCache   // nil when WithDenyCache(0)
-	disp     *dispatcher  // nil for a client that cannot pipeline
-	brk      *breaker     // nil when disabled
-	local    *localLimits // FailLocal's log; nil under other policies
+	client  redis.Scripter
+	bounded bool // the client itself gives up at a context's deadline
+	cfg     config
+	own     limitSet     // the limits of New and WithLimits
+	deny    *denyCache   // nil when WithDenyCache(0)
+	disp    *dispatcher  // nil for a client that cannot pipeline
+	brk     *breaker     // nil when disabled
+	local   *localLimits // FailLocal's log; nil under other policies
 }
 
 // New returns a Limiter that enforces limit, and any limits added by
@@ -55,21 +66,11 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	l := &Limiter{client: client, cfg: cfg, minQuota: MaxQuota, bounded: honoursDeadlines(client), deny: newDenyCache(cfg.deny)}
-	seen := make(map[string]bool, len(cfg.limits))
-	for _, lim := range cfg.limits {
-		if err := lim.Validate(); err != nil {
-			return nil, err
-		}
-		name := lim.String()
-		if seen[name] {
-			return nil, fmt.Errorf("%w: two limits are both %q", ErrInvalidLimit, name)
-		}
-		seen[name] = true
-		l.suffixes = append(l.suffixes, "}:"+name)
-		l.quotaArg = append(l.quotaArg, lim.Quota, lim.Window.Microseconds())
-		l.minQuota = min(l.minQuota, lim.Quota)
+	own, err := newLimitSet(cfg.limits)
+	if err != nil {
+		return nil, err
 	}
+	l := &Limiter{client: client, cfg: cfg, own: own, bounded: honoursDeadlines(client), deny: newDenyCache(cfg.deny)}
 	l.brk = newBreaker(cfg.failures, cfg.cooldown)
 	l.disp = dispatcherFor(client)
 	if cfg.policy == FailLocal {
@@ -105,24 +106,76 @@ func (l *Limiter) Allow(ctx context.Context, identity string) (Result, error) {
 // reply is counted once; to retry a call yourself, give the attempts one id
 // with ContextWithRequestID.
 func (l *Limiter) AllowN(ctx context.Context, identity string, n int) (Result, error) {
-	if n < 1 || n > l.minQuota {
-		err := fmt.Errorf("%w: cost %d is outside 1..%d", ErrInvalidCost, n, l.minQuota)
-		return l.observe(ctx, identity, n, time.Now(), Result{Limit: l.cfg.limits[0]}, err)
+	return l.allow(ctx, identity, n, &l.own)
+}
+
+// AllowLimits is AllowN under limits instead of l's own: it records a
+// request of cost n by identity if every one of limits has n units left in
+// its window. With no limits it is AllowN.
+//
+// The limits count identity's one log (see Limiter), so callers of one
+// identity may each pass limits of their own, such as the quota of a
+// tenant's plan read from a token or a database, and each limit counts
+// every request admitted under any other. Changing a tenant's plan changes
+// its limits at once and keeps its count: a tenant that used 900 of 1,000
+// and moves to 100 is denied until 801 units have left the window.
+//
+// Limits count together when they share a resolution (Limit.Resolution):
+// exact limits count the exact log, stepped limits the log of their step.
+// Give every plan of one kind the same Step so that a plan change keeps its
+// count also across MaxExactQuota.
+//
+// Invalid limits return an error wrapping ErrInvalidLimit, like New, with a
+// Result that is not Allowed; n is checked against the smallest quota among
+// limits. A Result of AllowLimits lists its Statuses in the order of limits,
+// and Refund takes it back like any other. The deny cache (WithDenyCache)
+// answers only calls under l's own limits. Under FailLocal, a call that
+// Redis cannot decide is counted against l's own limits in the process.
+func (l *Limiter) AllowLimits(ctx context.Context, identity string, n int, limits ...Limit) (Result, error) {
+	if len(limits) == 0 {
+		return l.allow(ctx, identity, n, &l.own)
 	}
-	return l.decide(ctx, identity, n, requestID(ctx))
+	set, err := newLimitSet(limits)
+	if err != nil {
+		return l.observe(ctx, identity, n, time.Now(), Result{Limit: limits[0]}, err)
+	}
+	return l.allow(ctx, identity, n, &set)
+}
+
+// allow checks the cost n against set and runs the admission script.
+func (l *Limiter) allow(ctx context.Context, identity string, n int, set *limitSet) (Result, error) {
+	if n < 1 || n > set.minQuota {
+		err := fmt.Errorf("%w: cost %d is outside 1..%d", ErrInvalidCost, n, set.minQuota)
+		return l.observe(ctx, identity, n, time.Now(), Result{Limit: set.limits[0]}, err)
+	}
+	return l.decide(ctx, identity, n, requestID(ctx), set)
 }
 
 // Peek reports whether identity could make a request of cost 1 now, and the
 // state of each limit, without recording anything.
 func (l *Limiter) Peek(ctx context.Context, identity string) (Result, error) {
-	return l.decide(ctx, identity, 1, "")
+	return l.decide(ctx, identity, 1, "", &l.own)
 }
 
-// decide runs the admission script; an empty id peeks.
-func (l *Limiter) decide(ctx context.Context, identity string, n int, id string) (Result, error) {
+// PeekLimits is Peek under limits instead of l's own (see AllowLimits).
+// With no limits it is Peek.
+func (l *Limiter) PeekLimits(ctx context.Context, identity string, limits ...Limit) (Result, error) {
+	if len(limits) == 0 {
+		return l.Peek(ctx, identity)
+	}
+	set, err := newLimitSet(limits)
+	if err != nil {
+		return l.observe(ctx, identity, 1, time.Now(), Result{Limit: limits[0]}, err)
+	}
+	return l.decide(ctx, identity, 1, "", &set)
+}
+
+// decide runs the admission script under set; an empty id peeks.
+func (l *Limiter) decide(ctx context.Context, identity string, n int, id string, set *limitSet) (Result, error) {
 	start := time.Now()
+	own := set == &l.own
 	var asked time.Time // the deny cache's clock before asking Redis
-	if l.deny != nil {
+	if l.deny != nil && own {
 		asked = l.clockNow(start)
 		// An id from ContextWithRequestID may have been admitted before,
 		// which only Redis knows.
@@ -134,37 +187,45 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string)
 	}
 	tag, err := hashTag(identity)
 	if err != nil {
-		return l.observe(ctx, identity, n, start, Result{Limit: l.cfg.limits[0]}, err)
+		return l.observe(ctx, identity, n, start, Result{Limit: set.limits[0]}, err)
 	}
-	args := make([]any, 0, 3+len(l.quotaArg))
+	args := make([]any, 0, 3+len(set.args))
 	args = append(args, n, id, l.now())
-	args = append(args, l.quotaArg...)
-	reply, err := l.eval(ctx, l.keysFor(tag), args)
+	args = append(args, set.args...)
+	// The log's key once per limit: allow.lua's batch form, which the
+	// dispatcher may send, reads as many quota and window pairs as keys.
+	// One key named n times is still one key to Redis Cluster.
+	log := logKey(l.cfg.prefix, tag)
+	keys := make([]string, len(set.limits))
+	for i := range keys {
+		keys[i] = log
+	}
+	reply, err := l.eval(ctx, keys, args)
 	if err != nil {
 		res, err := l.fallback(identity, n, id, fmt.Errorf("allow script: %w", err))
 		return l.observe(ctx, identity, n, start, res, err)
 	}
-	res, err := l.result(reply)
+	res, err := result(reply, set.limits)
 	switch {
 	case err != nil:
 		res, err = l.fallback(identity, n, id, err)
 	case res.Allowed && id != "":
-		res.d.admitted = admission{from: l, identity: identity, id: id, cost: n}
-	case !res.Allowed && l.deny != nil:
+		res.d.admitted = admission{from: l, identity: identity, id: id, cost: n, set: set}
+	case !res.Allowed && l.deny != nil && own:
 		l.deny.store(identity, n, asked, res)
 	}
 	return l.observe(ctx, identity, n, start, res, err)
 }
 
-// result turns the script's reply into a Result.
-func (l *Limiter) result(reply []int64) (Result, error) {
-	if len(reply) != 2+3*len(l.cfg.limits) {
+// result turns the script's reply to a decision under limits into a Result.
+func result(reply []int64, limits []Limit) (Result, error) {
+	if len(reply) != 2+3*len(limits) {
 		return Result{}, fmt.Errorf("allow script: unexpected reply %v", reply)
 	}
 	res := Result{Allowed: reply[0] == 1}
-	res.d, res.Statuses = newDecision(len(l.cfg.limits))
+	res.d, res.Statuses = newDecision(len(limits))
 	decider := 0
-	for i, lim := range l.cfg.limits {
+	for i, lim := range limits {
 		v := reply[2+3*i:]
 		s := Status{
 			Limit:      lim,
@@ -183,27 +244,36 @@ func (l *Limiter) result(reply []int64) (Result, error) {
 	return res, nil
 }
 
-// Refund removes an admitted request's units from every limit, as if it had
-// never been made, so that, for example, requests that fail need not count.
-// It removes exactly the members the request recorded: refunding twice, or
-// refunding a Result that was not admitted or was a Fallback, does nothing.
-// The Result knows the limiter that recorded it, and so its keys: it is
-// refunded where it was recorded even if l is another limiter on the same
-// client. Errors wrap ErrUnavailable.
+// Refund removes an admitted request's units from the identity's log, and
+// so from every limit's count, as if it had never been made, so that, for
+// example, requests that fail need not count. It removes exactly the
+// members the request recorded: refunding twice, or refunding a Result
+// that was not admitted or was a Fallback, does nothing. A stepped limit
+// (see Limit.Step) finds the request among the identity's last 128
+// admissions at its step; an older one is not refunded there. The Result knows
+// the limiter that recorded it, and so its key: it is refunded where it was
+// recorded even if l is another limiter on the same client. Errors wrap
+// ErrUnavailable.
 func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	if r.d == nil || r.d.admitted.from == nil {
 		return nil
 	}
 	a := r.d.admitted
-	keys, err := a.from.keys(a.identity)
+	keys, err := a.from.keys(a.identity, a.set)
 	if err != nil {
 		return err // not reached: the identity made these keys before
+	}
+	keys = keys[:1] // the log: refund.lua names the stepped logs after it
+	args := make([]any, 0, 2+len(a.set.steps))
+	args = append(args, a.id, a.cost)
+	for _, step := range a.set.steps {
+		args = append(args, step)
 	}
 	if l.deny != nil {
 		l.deny.forget(a.identity)
 	}
 	err = l.run(ctx, func(ctx context.Context) error {
-		return refundScript.Run(ctx, l.client, keys, a.id, a.cost).Err()
+		return refundScript.Run(ctx, l.client, keys, args...).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("%w: refund script: %w", ErrUnavailable, err)
@@ -211,10 +281,12 @@ func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	return nil
 }
 
-// Reset forgets every request identity made under l's limits. Errors wrap
-// ErrUnavailable or ErrInvalidKey.
+// Reset forgets every request identity made: it deletes the identity's log
+// and its retention record, and the stepped logs of the steps of l's own
+// limits (a stepped log of another step, used by AllowLimits, is left to
+// expire). Errors wrap ErrUnavailable or ErrInvalidKey.
 func (l *Limiter) Reset(ctx context.Context, identity string) error {
-	keys, err := l.keys(identity)
+	keys, err := l.keys(identity, &l.own)
 	if err != nil {
 		return err
 	}
@@ -230,20 +302,26 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 	return nil
 }
 
-// keys returns identity's key for each limit.
-func (l *Limiter) keys(identity string) ([]string, error) {
+// keys returns identity's keys under set (see keysFor).
+func (l *Limiter) keys(identity string, set *limitSet) ([]string, error) {
 	tag, err := hashTag(identity)
 	if err != nil {
 		return nil, err
 	}
-	return l.keysFor(tag), nil
+	return l.keysFor(tag, set), nil
 }
 
-// keysFor returns the key for each limit of the identity of hash tag tag.
-func (l *Limiter) keysFor(tag string) []string {
-	keys := make([]string, len(l.suffixes))
-	for i, s := range l.suffixes {
-		keys[i] = l.cfg.prefix + "{" + tag + s
+// keysFor returns the keys of the identity of hash tag tag that set uses:
+// its log, its retention record, and for each step of set the stepped log
+// of that step and its request ids. The scripts that decide and refund are
+// given the log only and name the others after it (see allow.lua).
+func (l *Limiter) keysFor(tag string, set *limitSet) []string {
+	log := logKey(l.cfg.prefix, tag)
+	keys := make([]string, 0, 2+2*len(set.steps))
+	keys = append(keys, log, log+recordSuffix)
+	for _, step := range set.steps {
+		s := stepSuffix(step)
+		keys = append(keys, log+s, log+s+idsSuffix)
 	}
 	return keys
 }
@@ -353,6 +431,9 @@ type requestIDKey struct{}
 // one logical request. The attempts must also carry the same identity and
 // cost. Without it every call gets a fresh random id, which already makes
 // go-redis's own retries safe.
+//
+// A stepped limit (see Limit.Step) keeps the ids of the identity's last 128
+// admissions at its step: a retry after more newer admissions counts again.
 //
 // The id must be unique per logical request across every server sharing
 // the limit, such as a request id your service generates. Never take it

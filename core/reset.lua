@@ -1,6 +1,7 @@
 -- reset.lua: forgets every request of one identity.
 --
--- KEYS[i]  the identity's sorted sets, one per limit (one {hash tag}).
+-- KEYS[i]  the identity's keys: its log and its retention record (one
+--          {hash tag}).
 -- ARGV     none.
 --
 -- Returns the number of keys deleted.

@@ -23,7 +23,8 @@ type Result struct {
 	// ResetAfter is how long until the deciding limit's window holds no
 	// units, so that its whole quota is available again.
 	ResetAfter time.Duration
-	// Statuses holds one Status per limit, in the limiter's order. It is nil
+	// Statuses holds one Status per limit, in the order of the limits that
+	// decided (the limiter's, or those given to AllowLimits). It is nil
 	// when Fallback is set.
 	Statuses []Status
 	// Fallback reports that Redis could not be asked, and the decision was
@@ -97,4 +98,5 @@ type admission struct {
 	identity string   // whose keys, and whose deny cache entry Refund clears
 	id       string
 	cost     int
+	set      *limitSet // the limits that admitted it, for their keys
 }

@@ -68,7 +68,7 @@ func (l *Limiter) Wait(ctx context.Context, identity string) (Result, error) {
 // the spread of that delay (see the README's "Limiting your own outgoing
 // calls").
 func (l *Limiter) WaitN(ctx context.Context, identity string, n int) (Result, error) {
-	if _, err := hashTag(identity); err != nil || n < 1 || n > l.minQuota {
+	if _, err := hashTag(identity); err != nil || n < 1 || n > l.own.minQuota {
 		return l.AllowN(ctx, identity, n) // returns the error
 	}
 	if err := ctx.Err(); err != nil {

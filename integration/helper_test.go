@@ -133,15 +133,19 @@ type helperConfig struct {
 	Costs      []int       `json:"costs"` // call i of goroutine g costs Costs[(g*Calls+i)%len(Costs)]
 	Goroutines int         `json:"goroutines"`
 	Calls      int         `json:"calls"` // per goroutine
+	// PerCall passes Limits to every call (AllowLimits) to a limiter
+	// built with a limit of its own that never binds.
+	PerCall bool `json:"per_call"`
 }
 
 // limitSpec is a slidelimit.Limit as JSON.
 type limitSpec struct {
 	Quota  int           `json:"quota"`
 	Window time.Duration `json:"window"`
+	Step   time.Duration `json:"step,omitempty"`
 }
 
-func (s limitSpec) limit() slidelimit.Limit { return slidelimit.Per(s.Quota, s.Window) }
+func (s limitSpec) limit() slidelimit.Limit { return slidelimit.Per(s.Quota, s.Window).Stepped(s.Step) }
 
 // helperReport is what a helper process admitted.
 type helperReport struct {
@@ -151,6 +155,11 @@ type helperReport struct {
 	MinDenied int    `json:"min_denied"` // smallest cost denied, 0 if none
 	Errors    int    `json:"errors"`     // calls that returned an error
 	FirstErr  string `json:"first_err"`  // the first such error
+	// Positions are the places in the log of the units admitted: a
+	// request of cost c that left its first limit r units has the places
+	// quota-r-c+1 .. quota-r. With windows that do not slide during the
+	// run, the places of a fleet's units are exactly 1..units.
+	Positions []int `json:"positions"`
 }
 
 // TestHelperProcess is not a test: it is the body of the helper processes
@@ -178,10 +187,20 @@ func runHelper(ctx context.Context, cfg helperConfig, in io.Reader, out io.Write
 	}
 	// A generous timeout: under contention on a small machine a call may
 	// wait, and a timeout would be a fail-open admit, not a Redis decision.
-	lim, err := slidelimit.New(rdb, limits[0], slidelimit.WithLimits(limits[1:]...),
+	own, more := limits[0], limits[1:]
+	if cfg.PerCall {
+		own, more = slidelimit.PerHour(slidelimit.MaxQuota), nil
+	}
+	lim, err := slidelimit.New(rdb, own, slidelimit.WithLimits(more...),
 		slidelimit.WithPrefix(cfg.Prefix), slidelimit.WithTimeout(10*time.Second))
 	if err != nil {
 		return err
+	}
+	decide := lim.AllowN
+	if cfg.PerCall {
+		decide = func(ctx context.Context, identity string, n int) (slidelimit.Result, error) {
+			return lim.AllowLimits(ctx, identity, n, limits...)
+		}
 	}
 
 	// Warm up: open one connection per goroutine to the identity's shard
@@ -217,7 +236,7 @@ func runHelper(ctx context.Context, cfg helperConfig, in io.Reader, out io.Write
 			defer wg.Done()
 			for i := range cfg.Calls {
 				cost := cfg.Costs[(g*cfg.Calls+i)%len(cfg.Costs)]
-				res, err := lim.AllowN(ctx, cfg.Identity, cost)
+				res, err := decide(ctx, cfg.Identity, cost)
 				mu.Lock()
 				switch {
 				case err != nil:
@@ -228,6 +247,12 @@ func runHelper(ctx context.Context, cfg helperConfig, in io.Reader, out io.Write
 				case res.Allowed:
 					rep.Allowed++
 					rep.Units += cost
+					if s := res.Statuses; len(s) > 0 {
+						last := s[0].Limit.Quota - s[0].Remaining
+						for p := last - cost + 1; p <= last; p++ {
+							rep.Positions = append(rep.Positions, p)
+						}
+					}
 				default:
 					rep.Denied++
 					if rep.MinDenied == 0 || cost < rep.MinDenied {

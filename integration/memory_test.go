@@ -34,7 +34,7 @@ func TestMemoryPerRequest(t *testing.T) {
 		t.Logf("zset-max-listpack-entries = %s", enc["zset-max-listpack-entries"])
 	}
 	prefix := testPrefix(t)
-	limit := slidelimit.PerHour(slidelimit.MaxQuota)
+	limit := slidelimit.PerHour(slidelimit.MaxExactQuota) // counted exactly, one member per unit
 	lim := newLimiter(t, rdb, prefix, limit, slidelimit.WithTimeout(10*time.Second))
 
 	type row struct {
@@ -170,4 +170,47 @@ func memoryUsage(t *testing.T, rdb redis.UniversalClient, key string) int64 {
 		t.Fatalf("MEMORY USAGE %s: %v", key, err)
 	}
 	return n
+}
+
+// maxSteppedDayBytes is the target for a 100,000/day identity at
+// one-minute steps, at full quota.
+const maxSteppedDayBytes = 150_000
+
+// TestSteppedMemoryAtFullQuota fills a 100,000/day limit at one-minute steps
+// to its quota over a whole day of a fake clock, a share in every step, so
+// that every bucket exists and the ids set is full, and asserts the target
+// on the MEMORY USAGE of all the identity's keys. (make bench prints the
+// figures beside the exact log's.)
+func TestSteppedMemoryAtFullQuota(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := testPrefix(t)
+	const quota, steps = 100_000, 1440
+	limit := slidelimit.PerDay(quota).Stepped(time.Minute)
+	now := time.Now().Truncate(time.Minute)
+	lim := newLimiter(t, rdb, prefix, limit, slidelimit.WithTimeout(10*time.Second),
+		slidelimit.WithDenyCache(0), slidelimit.WithClock(func() time.Time { return now }))
+	for i := range steps {
+		cost := quota / steps
+		if i < quota%steps {
+			cost++
+		}
+		res, err := lim.AllowN(t.Context(), "day", cost)
+		if err != nil || !res.Allowed {
+			t.Fatalf("step %d: AllowN(%d) = %+v, %v; want admitted", i, cost, res, err)
+		}
+		now = now.Add(time.Minute)
+	}
+	now = now.Add(-time.Minute)
+	if res, err := lim.Peek(t.Context(), "day"); err != nil || res.Allowed || res.Remaining != 0 {
+		t.Fatalf("Peek at full quota = %+v, %v; want denied with 0 left", res, err)
+	}
+	key, err := slidelimit.Key(prefix, "day", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := memoryUsage(t, rdb, key) + memoryUsage(t, rdb, key+":ids")
+	t.Logf("100,000/day at 1m steps, full quota: %d B", total)
+	if total > maxSteppedDayBytes {
+		t.Errorf("a 100,000/day identity at one-minute steps holds %d B at full quota, want at most %d", total, maxSteppedDayBytes)
+	}
 }
