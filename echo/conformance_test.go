@@ -27,6 +27,9 @@ func TestConformance(t *testing.T) {
 		if s.CostHeader != "" {
 			cfg.Cost = func(c echo.Context) int { n, _ := strconv.Atoi(c.Request().Header.Get(s.CostHeader)); return n }
 		}
+		if s.PlanHeader != "" {
+			cfg.Limits = func(c echo.Context) []slidelimit.Limit { return adaptertest.Plan(c.Request().Header.Get(s.PlanHeader)) }
+		}
 		if s.Hook != nil {
 			cfg.ErrorHook = func(_ echo.Context, err error) { s.Hook(err) }
 		}

@@ -58,6 +58,12 @@ type Config struct {
 	//
 	// Optional. Default: nil, which costs every request 1.
 	Cost func(c *fiber.Ctx) int
+	// Limits returns the limits a request is held to instead of the
+	// limiter's own, such as a tenant's plan read from its token
+	// (slidelimit.Limiter.AllowLimits). Returning none keeps the limiter's
+	// own; invalid limits are an error (slidelimit.ErrInvalidLimit),
+	// answered by ErrorHandler. Default: the limiter's own.
+	Limits func(c *fiber.Ctx) []slidelimit.Limit
 
 	// LimitReached answers a request the limiter denied. When it runs, the
 	// rate-limit headers, Retry-After among them, are already set on the

@@ -30,6 +30,9 @@ func TestConformance(t *testing.T) {
 		if s.CostHeader != "" {
 			cfg.Cost = func(c *fiber.Ctx) int { n, _ := strconv.Atoi(c.Get(s.CostHeader)); return n }
 		}
+		if s.PlanHeader != "" {
+			cfg.Limits = func(c *fiber.Ctx) []slidelimit.Limit { return adaptertest.Plan(c.Get(s.PlanHeader)) }
+		}
 		if s.Hook != nil {
 			cfg.ErrorHook = func(_ *fiber.Ctx, err error) { s.Hook(err) }
 		}

@@ -45,7 +45,7 @@ func New(lim *slidelimit.Limiter, config ...Config) fiber.Handler {
 	}
 	f := &adapter.Flow[*fiber.Ctx]{
 		Name: "fiberlimit", Limiter: lim, Limiters: cfg.Limiter, Skip: cfg.Next,
-		Key: adapter.Strict(key), Cost: cfg.Cost,
+		Key: adapter.Strict(key), Cost: cfg.Cost, Limits: cfg.Limits,
 		SetHeaders:   func(c *fiber.Ctx, res slidelimit.Result) { cfg.Headers.Write(res, c.Set) },
 		Hook:         func(_ context.Context, c *fiber.Ctx, err error) { cfg.ErrorHook(c, err) },
 		RefundFailed: cfg.SkipFailedRequests, RefundSuccessful: cfg.SkipSuccessfulRequests, Failed: cfg.Failed,

@@ -25,6 +25,9 @@ func TestConformance(t *testing.T) {
 		if s.CostHeader != "" {
 			opts = append(opts, ginlimit.WithCost(func(c *gin.Context) int { n, _ := strconv.Atoi(c.GetHeader(s.CostHeader)); return n }))
 		}
+		if s.PlanHeader != "" {
+			opts = append(opts, ginlimit.WithLimits(func(c *gin.Context) []slidelimit.Limit { return adaptertest.Plan(c.GetHeader(s.PlanHeader)) }))
+		}
 		if s.RefundFailed {
 			opts = append(opts, ginlimit.WithRefundFailed())
 		}

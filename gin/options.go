@@ -47,6 +47,13 @@ func WithLimiterFunc(f func(c *gin.Context) *slidelimit.Limiter) Option { return
 // (slidelimit.ErrInvalidCost), answered by the error handler.
 func WithCost(f func(c *gin.Context) int) Option { return set.Cost(f) }
 
+// WithLimits sets the limits each request is held to instead of the
+// limiter's own, such as a tenant's plan read from its token
+// (slidelimit.Limiter.AllowLimits). Returning none keeps the limiter's
+// own; invalid limits are an error (slidelimit.ErrInvalidLimit), answered
+// by the error handler. The default is the limiter's own limits.
+func WithLimits(f func(c *gin.Context) []slidelimit.Limit) Option { return set.Limits(f) }
+
 // WithSkip passes the requests for which f returns true straight on,
 // neither counted nor given rate-limit headers: health checks, allow-listed
 // clients. The default skips nothing.

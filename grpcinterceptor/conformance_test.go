@@ -60,6 +60,11 @@ func TestConformance(t *testing.T) {
 				return n
 			}))
 		}
+		if s.PlanHeader != "" {
+			opts = append(opts, grpclimit.WithLimits(func(ctx context.Context, _ grpclimit.Call) []slidelimit.Limit {
+				return adaptertest.Plan(strings.Join(metadata.ValueFromIncomingContext(ctx, s.PlanHeader), ""))
+			}))
+		}
 		if s.RefundFailed {
 			opts = append(opts, grpclimit.WithRefundFailed())
 		}

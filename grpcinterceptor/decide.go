@@ -60,6 +60,9 @@ func (c *config) newFlow() {
 	if c.cost != nil {
 		c.flow.Cost = func(r rpc) int { return c.cost(r.ctx, r.call) }
 	}
+	if c.limits != nil {
+		c.flow.Limits = func(r rpc) []slidelimit.Limit { return c.limits(r.ctx, r.call) }
+	}
 }
 
 // newCall describes the call to key functions and selectors.

@@ -31,6 +31,7 @@ type config struct {
 	skip         map[string]bool // by "pkg.Service/Method" or "pkg.Service"
 	skipFunc     func(ctx context.Context, call Call) bool
 	cost         func(ctx context.Context, call Call) int
+	limits       func(ctx context.Context, call Call) []slidelimit.Limit
 	refundFail   bool
 	refundOK     bool
 	failed       func(codes.Code) bool
@@ -143,6 +144,15 @@ func WithSkipFunc(skip func(ctx context.Context, call Call) bool) Option {
 // slidelimit.ErrInvalidCost. The default costs every call 1.
 func WithCost(cost func(ctx context.Context, call Call) int) Option {
 	return func(c *config) { c.cost = cost }
+}
+
+// WithLimits sets the limits a call is held to instead of the limiter's
+// own, such as a tenant's plan read from its token's claims
+// (slidelimit.Limiter.AllowLimits). Returning none keeps the limiter's
+// own; invalid limits fail the call with codes.Internal, like any other
+// error of the limiter's. The default is the limiter's own limits.
+func WithLimits(limits func(ctx context.Context, call Call) []slidelimit.Limit) Option {
+	return func(c *config) { c.limits = limits }
 }
 
 // WithRefundFailed makes failed calls not count: after the handler has

@@ -80,6 +80,14 @@ type Flow[C any] struct {
 	Key func(c C) (string, error)
 	// Cost returns the units a request takes. Default: 1.
 	Cost func(c C) int
+	// Limits returns the limits a request is held to instead of the
+	// limiter's own, such as the quota of a tenant's plan read from a token
+	// (slidelimit.Limiter.AllowLimits): every limit counts the identity's
+	// one log, so plans may differ from request to request and a changed
+	// plan keeps its count. None: the limiter's own. Invalid limits fail
+	// the request with an error wrapping slidelimit.ErrInvalidLimit.
+	// Default: the limiter's own.
+	Limits func(c C) []slidelimit.Limit
 	// SetHeaders writes res's rate-limit header fields on c's response,
 	// usually with slidelimit.Headers.SetHeader or Write. It is called once
 	// the limiter has decided, for Admit, Deny and a Fail the limiter
@@ -180,7 +188,11 @@ func (e *KeyError) Unwrap() error { return e.Err }
 // and the cost. Adapters that count something of their own, such as the
 // messages of a gRPC stream, call it directly.
 func (f *Flow[C]) Check(ctx context.Context, c C, lim *slidelimit.Limiter, id string, cost int) Decision {
-	res, err := lim.AllowN(ctx, id, cost)
+	var limits []slidelimit.Limit
+	if f.Limits != nil {
+		limits = f.Limits(c)
+	}
+	res, err := lim.AllowLimits(ctx, id, cost, limits...)
 	if f.SetHeaders != nil {
 		f.SetHeaders(c, res)
 	}

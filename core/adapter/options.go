@@ -19,6 +19,9 @@ type Options[R, D, F any] struct {
 	Key func(R) (string, error)
 	// Cost is the units a request takes (Flow.Cost).
 	Cost func(R) int
+	// Limits are the limits of a request instead of the limiter's own
+	// (Flow.Limits).
+	Limits func(R) []slidelimit.Limit
 	// Skip exempts requests (Flow.Skip).
 	Skip func(R) bool
 	// Deny answers a denied request.
@@ -54,7 +57,7 @@ func NewOptions[R, D, F any](defaults Options[R, D, F], opts []Option[R, D, F]) 
 // its context, named name, with lim as its limiter.
 func (o Options[R, D, F]) Flow(name string, lim *slidelimit.Limiter) Flow[R] {
 	f := Flow[R]{
-		Name: name, Limiter: lim, Limiters: o.Limiters, Skip: o.Skip, Key: o.Key, Cost: o.Cost,
+		Name: name, Limiter: lim, Limiters: o.Limiters, Skip: o.Skip, Key: o.Key, Cost: o.Cost, Limits: o.Limits,
 		RefundFailed: o.RefundFailed, RefundSuccessful: o.RefundSuccessful, Failed: o.Failed,
 	}
 	if hook := o.Hook; hook != nil {
@@ -85,6 +88,11 @@ func (Set[R, D, F]) Limiters(f func(R) *slidelimit.Limiter) Option[R, D, F] {
 // Cost sets Options.Cost.
 func (Set[R, D, F]) Cost(f func(R) int) Option[R, D, F] {
 	return func(o *Options[R, D, F]) { o.Cost = f }
+}
+
+// Limits sets Options.Limits.
+func (Set[R, D, F]) Limits(f func(R) []slidelimit.Limit) Option[R, D, F] {
+	return func(o *Options[R, D, F]) { o.Limits = f }
 }
 
 // Skip sets Options.Skip.

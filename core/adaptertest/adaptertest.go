@@ -40,12 +40,32 @@ type Settings struct {
 	// CostHeader, when set, names the header that holds a request's cost
 	// as a decimal integer; without it a request costs 1.
 	CostHeader string
+	// PlanHeader, when set, names the header (or gRPC metadata key) that
+	// holds a request's plan: the adapter holds the request to the limits
+	// Plan returns for its value, instead of the limiter's own (its
+	// per-request limits setting).
+	PlanHeader string
 	// RefundFailed and RefundSuccessful turn on the adapter's refund by
 	// status of failed (status 400 and above; a gRPC code other than OK)
 	// and of successful requests.
 	RefundFailed, RefundSuccessful bool
 	// Hook must receive every error the adapter's error hook receives.
 	Hook func(err error)
+}
+
+// Plan returns the limits of a request whose PlanHeader holds value: a
+// quota per minute as a decimal integer, or none (the limiter's own) for an
+// empty value. A value that is no such quota gives a zero Limit, which the
+// limiter refuses (slidelimit.ErrInvalidLimit).
+func Plan(value string) []slidelimit.Limit {
+	if value == "" {
+		return nil
+	}
+	quota, err := strconv.Atoi(value)
+	if err != nil {
+		return []slidelimit.Limit{{}}
+	}
+	return []slidelimit.Limit{slidelimit.PerMinute(quota)}
 }
 
 // LimiterFor returns the limiter s gives a request to path.

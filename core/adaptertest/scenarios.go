@@ -38,6 +38,7 @@ var scenarios = []scenario{
 	{"skip", skip},
 	{"limiter choice", limiterChoice},
 	{"cost", cost},
+	{"per-request limits", plans},
 	{"client IP", clientIP},
 	{"hostile keys", hostileKeys},
 }
@@ -449,6 +450,49 @@ func cost(t *testing.T, a Adapter) {
 	}
 	if e := errs.Take(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrInvalidCost) {
 		t.Errorf("hook got %v, want one error wrapping ErrInvalidCost", e)
+	}
+}
+
+// plans holds requests of one identity to limits of their own, as a
+// tenant's plan read from each request: each plan counts what the others
+// admitted, and an invalid plan is the server's error.
+func plans(t *testing.T, a Adapter) {
+	var errs ErrorLog
+	srv := a(t, Settings{Limiter: NewLimiter(t, redistest.Client(t), slidelimit.Per(10, time.Minute)), PlanHeader: "X-Plan", Hook: errs.Hook})
+	for i, tt := range []struct {
+		plan          string
+		status        int
+		limit, remain string
+	}{
+		{"3", http.StatusOK, "3", "2"}, {"3", http.StatusOK, "3", "1"}, {"3", http.StatusOK, "3", "0"},
+		{"3", http.StatusTooManyRequests, "3", "0"},
+		// Raised: the three already admitted count.
+		{"5", http.StatusOK, "5", "1"}, {"5", http.StatusOK, "5", "0"}, {"5", http.StatusTooManyRequests, "5", "0"},
+		// No plan: the limiter's own limit, 10, counts the same five.
+		{"", http.StatusOK, "10", "4"},
+		// Lowered below what was admitted.
+		{"4", http.StatusTooManyRequests, "4", "0"},
+	} {
+		var r Response
+		if tt.plan == "" {
+			r = get(t, srv, "/a")
+		} else {
+			r = get(t, srv, "/a", "X-Plan", tt.plan)
+		}
+		if r.Status != tt.status || r.Header.Get(slidelimit.FieldXRateLimitLimit) != tt.limit ||
+			r.Header.Get(slidelimit.FieldXRateLimitRemaining) != tt.remain {
+			t.Errorf("request %d, plan %q = %d with limit %q and remaining %q, want %d with %q and %q", i+1, tt.plan, r.Status,
+				r.Header.Get(slidelimit.FieldXRateLimitLimit), r.Header.Get(slidelimit.FieldXRateLimitRemaining), tt.status, tt.limit, tt.remain)
+		}
+	}
+	if e := errs.Take(); len(e) != 0 {
+		t.Errorf("hook got %v, want nothing", e)
+	}
+	if r := get(t, srv, "/a", "X-Plan", "none"); r.Status != http.StatusInternalServerError {
+		t.Errorf("request with an invalid plan = %d, want 500", r.Status)
+	}
+	if e := errs.Take(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrInvalidLimit) {
+		t.Errorf("hook got %v, want one error wrapping ErrInvalidLimit", e)
 	}
 }
 

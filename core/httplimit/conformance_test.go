@@ -25,6 +25,9 @@ func TestConformance(t *testing.T) {
 		if s.CostHeader != "" {
 			opts = append(opts, httplimit.WithCost(func(r *http.Request) int { n, _ := strconv.Atoi(r.Header.Get(s.CostHeader)); return n }))
 		}
+		if s.PlanHeader != "" {
+			opts = append(opts, httplimit.WithLimits(func(r *http.Request) []slidelimit.Limit { return adaptertest.Plan(r.Header.Get(s.PlanHeader)) }))
+		}
 		if s.RefundFailed {
 			opts = append(opts, httplimit.WithRefundFailed())
 		}

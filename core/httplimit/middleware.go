@@ -90,4 +90,7 @@ func (c *config) newFlow(lim *slidelimit.Limiter) {
 	if o.Cost != nil {
 		c.flow.Cost = func(x exchange) int { return o.Cost(x.r) }
 	}
+	if o.Limits != nil {
+		c.flow.Limits = func(x exchange) []slidelimit.Limit { return o.Limits(x.r) }
+	}
 }
