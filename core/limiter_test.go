@@ -45,6 +45,13 @@ func redisNow(t *testing.T, rdb redis.Cmdable) time.Time {
 	return now
 }
 
+// oneAtATime runs f against a standalone Redis, then against Redis
+// Cluster, not in parallel.
+func oneAtATime(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Run("standalone", func(t *testing.T) { f(t, redistest.Client(t)) })
+	t.Run("cluster", func(t *testing.T) { f(t, redistest.ClusterClient(t)) })
+}
+
 // clients runs f against a standalone Redis and against Redis Cluster.
 func clients(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
 	t.Run("standalone", func(t *testing.T) {
