@@ -251,9 +251,10 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 	if !ok {
 		return outcome{err: errQueueFull}
 	}
-	if alone && d.bounded && timeout > 0 {
+	if alone && d.bounded && timeout > 0 && ln.answered.Load() != 0 {
 		// A client that bounds its I/O by the context's deadline needs no
-		// goroutine of the lane's to keep the timeout.
+		// goroutine of the lane's to keep the timeout, once its node has
+		// answered (a first round trip dials, which trip.wait allows for).
 		if o, ok := ln.direct(ctx, c); ok {
 			return o
 		}
@@ -551,7 +552,10 @@ func (t *trip) wait(leave <-chan struct{}) (failed, left bool) {
 		case <-expired:
 			now := time.Now()
 			late := now.Sub(time.Unix(0, next))
-			if t.busy.busy() {
+			if t.busy.busy() || ln.answered.Load() == 0 {
+				// A busy process or host, or a node never answered yet, whose
+				// first round trips also dial and set up connections: the
+				// silence may not be Redis's.
 				late = max(late, busyStep)
 			}
 			for _, c := range batch {
