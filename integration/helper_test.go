@@ -302,19 +302,28 @@ func (b *syncBuffer) String() string {
 // ready. They are killed when the test ends, if still running.
 func startHelpers(t *testing.T, n int, cfg helperConfig) []*helper {
 	t.Helper()
+	return spawnHelpers(t, n, "TestHelperProcess", envHelper, cfg, 45*time.Second)
+}
+
+// spawnHelpers starts n copies of this test binary running only the test
+// named test, with cfg as JSON in the environment variable env, within
+// limit, and waits until each prints lineReady. They are killed when the
+// test ends, if still running.
+func spawnHelpers(t *testing.T, n int, test, env string, cfg any, limit time.Duration) []*helper {
+	t.Helper()
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatalf("encode helper config: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	t.Cleanup(cancel)
 	hs := make([]*helper, n)
 	for i := range hs {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
 		// A race-enabled binary sleeps a second before it exits unless
 		// told otherwise; the helpers have nothing to flush.
 		gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-		cmd.Env = append(os.Environ(), envHelper+"="+string(raw), "GORACE="+gorace)
+		cmd.Env = append(os.Environ(), env+"="+string(raw), "GORACE="+gorace)
 		h := &helper{cmd: cmd, stderr: new(syncBuffer)}
 		cmd.Stderr = h.stderr
 		if h.stdin, err = cmd.StdinPipe(); err != nil {
@@ -325,6 +334,7 @@ func startHelpers(t *testing.T, n int, cfg helperConfig) []*helper {
 			t.Fatalf("helper %d: stdout: %v", i, err)
 		}
 		h.lines = bufio.NewScanner(stdout)
+		h.lines.Buffer(make([]byte, 64<<10), 16<<20) // a report may list every request
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("helper %d: start %s: %v", i, os.Args[0], err)
 		}

@@ -9,8 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -187,43 +185,7 @@ func runOutbound(ctx context.Context, cfg outboundConfig, in io.Reader, out io.W
 // each is ready. They are killed when the test ends, if still running.
 func startOutbound(t *testing.T, n int, cfg outboundConfig) []*helper {
 	t.Helper()
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatalf("encode helper config: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), cfg.Run+60*time.Second)
-	t.Cleanup(cancel)
-	hs := make([]*helper, n)
-	for i := range hs {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestOutboundHelperProcess$", "-test.count=1")
-		gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-		cmd.Env = append(os.Environ(), envOutbound+"="+string(raw), "GORACE="+gorace)
-		h := &helper{cmd: cmd, stderr: new(syncBuffer)}
-		cmd.Stderr = h.stderr
-		if h.stdin, err = cmd.StdinPipe(); err != nil {
-			t.Fatalf("helper %d: stdin: %v", i, err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatalf("helper %d: stdout: %v", i, err)
-		}
-		h.lines = bufio.NewScanner(stdout)
-		h.lines.Buffer(make([]byte, 64<<10), 16<<20) // the report lists every send
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("helper %d: start %s: %v", i, os.Args[0], err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-		hs[i] = h
-	}
-	for i, h := range hs {
-		if _, err := h.await(lineReady); err != nil {
-			t.Fatalf("helper %d did not get ready: %v\n%s", i, err, h.stderr)
-		}
-	}
-	return hs
+	return spawnHelpers(t, n, "TestOutboundHelperProcess", envOutbound, cfg, cfg.Run+60*time.Second)
 }
 
 // goOutbound sends every helper the start signal.
