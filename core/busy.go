@@ -3,6 +3,7 @@ package slidelimit
 import (
 	"bytes"
 	"os"
+	"runtime"
 	"runtime/metrics"
 	"strconv"
 	"sync/atomic"
@@ -18,7 +19,16 @@ import (
 //     Redis's reply may have been one of them;
 //   - on Linux, tasks waited for a CPU (/proc/pressure/cpu, "some") for at
 //     least half of the time: a Redis on this host, or this process, may
-//     have been one of them.
+//     have been one of them;
+//   - more goroutines wait to run right now than the process has Ps
+//     (/sched/goroutines/runnable, from Go 1.26): the goroutine holding
+//     Redis's reply may be queued behind them.
+//
+// The third is the one that sees a burst of this process's own goroutines:
+// the other two are slow to move (Linux updates the stall total every
+// couple of seconds, and the runtime samples one scheduling in eight), and
+// in a burst of a thousand requests they were seen unchanged over 10 ms
+// windows with hundreds of goroutines waiting to run.
 //
 // Neither can make a dead Redis look alive for long: the allowance it earns
 // a call is bounded by busyAllowance.
@@ -55,7 +65,8 @@ func recentMeter() busyMeter {
 func (m *busyMeter) busy() bool {
 	slow, stall, now := slowSchedules(), cpuStall(), time.Now()
 	busy := slow != m.slow ||
-		stall >= 0 && m.stall >= 0 && time.Duration(stall-m.stall)*time.Microsecond*2 >= now.Sub(m.at)
+		stall >= 0 && m.stall >= 0 && time.Duration(stall-m.stall)*time.Microsecond*2 >= now.Sub(m.at) ||
+		runQueued()
 	m.slow, m.stall, m.at = slow, stall, now
 	return busy
 }
@@ -79,6 +90,35 @@ func slowSchedules() uint64 {
 		}
 	}
 	return n
+}
+
+// runnableMetric is the runtime metric of how many goroutines wait to run,
+// and whether this Go has it (1.26 and later).
+const runnableMetric = "/sched/goroutines/runnable:goroutines"
+
+var hasRunnable = func() bool {
+	for _, d := range metrics.All() {
+		if d.Name == runnableMetric {
+			return true
+		}
+	}
+	return false
+}()
+
+// runQueued reports whether more goroutines of this process wait to run
+// than it has Ps to run them: a goroutine made ready now, the one that
+// reads Redis's reply among them, may wait its turn behind the others.
+// It is false where the runtime does not tell.
+func runQueued() bool {
+	if !hasRunnable {
+		return false
+	}
+	sample := []metrics.Sample{{Name: runnableMetric}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return false
+	}
+	return sample[0].Value.Uint64() > uint64(runtime.GOMAXPROCS(0))
 }
 
 // cpuStall returns the host's total time, in µs, in which some task waited
