@@ -57,10 +57,24 @@ import (
 )
 
 const (
-	identities   = 1000
-	allowedQuota = slidelimit.MaxQuota // per minute: every call admitted
-	deniedQuota  = 10                  // per hour: exhausted before timing
+	identities  = 1000
+	deniedQuota = 10 // per hour: exhausted before timing
 )
+
+// quota returns the per-minute quota of an admitting path: on "allowed",
+// the largest slidelimit counts exactly (MaxExactQuota, 1,000: no identity
+// reaches it within a cell, so every call is admitted); on "stepped", the
+// largest it takes (MaxQuota), which it counts in steps (Limit.Stepped).
+// The peers get the same quota on both.
+func quota(path string) int {
+	if path == "stepped" {
+		return slidelimit.MaxQuota
+	}
+	return slidelimit.MaxExactQuota
+}
+
+// admitting reports whether every call of path is admitted.
+func admitting(path string) bool { return path != "denied" }
 
 // classicSource is the sliding-log script most Redis rate-limiting posts
 // show, as a baseline.
@@ -173,17 +187,17 @@ func run() error {
 	}
 
 	contenders := []contender{
-		{"slidelimit", []string{"allowed", "denied"}, setupSlidelimit(true)},
+		{"slidelimit", []string{"allowed", "stepped", "denied"}, setupSlidelimit(true)},
 		{"slidelimit-nocache", []string{"denied"}, setupSlidelimit(false)},
 		{"slidelimit-plain", []string{"allowed"}, setupSlidelimitPlain},
-		{"redis_rate", []string{"allowed", "denied"}, setupRedisRate},
-		{"ulule", []string{"allowed", "denied"}, setupUlule},
-		{"classic", []string{"allowed", "denied"}, setupClassic},
+		{"redis_rate", []string{"allowed", "stepped", "denied"}, setupRedisRate},
+		{"ulule", []string{"allowed", "stepped", "denied"}, setupUlule},
+		{"classic", []string{"allowed", "stepped", "denied"}, setupClassic},
 	}
 	only := envStrings("BENCH_CONTENDERS", nil)
 	start := time.Now()
 	for rep := range b.reps {
-		for _, path := range envStrings("BENCH_PATHS", []string{"allowed", "denied"}) {
+		for _, path := range envStrings("BENCH_PATHS", []string{"allowed", "stepped", "denied"}) {
 			for _, c := range b.levels {
 				var order []func() error
 				for _, ct := range contenders {
@@ -242,8 +256,8 @@ func (b *bench) describe(ctx context.Context) {
 	info, _ := b.rdb.Info(ctx, "server").Result()
 	fmt.Printf("machine: %d cores (%s), Redis %s, %s %s/%s, go-redis client with ContextTimeoutEnabled and the default pool\n",
 		numCPU(), model, infoField(info, "redis_version"), goVersion(), goos(), goarch())
-	fmt.Printf("cells: %v each, median of %d interleaved repetitions; allowed path: %d identities, %d per minute; denied path: one identity past %d per hour\n",
-		b.cell, b.reps, identities, allowedQuota, deniedQuota)
+	fmt.Printf("cells: %v each, median of %d interleaved repetitions; allowed path: %d identities, %d per minute (exact); stepped path: the same at %d per minute; denied path: one identity past %d per hour\n",
+		b.cell, b.reps, identities, quota("allowed"), quota("stepped"), deniedQuota)
 	out, _ := exec.Command("uptime").Output()
 	fmt.Printf("load at start: %s", out)
 }
@@ -262,7 +276,7 @@ func setupSlidelimit(cache bool) func(ctx context.Context, b *bench, path, prefi
 		if !cache {
 			opts = append(opts, slidelimit.WithDenyCache(0))
 		}
-		limit := slidelimit.PerMinute(allowedQuota)
+		limit := slidelimit.PerMinute(quota(path))
 		if path == "denied" {
 			limit = slidelimit.PerHour(deniedQuota)
 		}
@@ -286,7 +300,7 @@ func setupSlidelimit(cache bool) func(ctx context.Context, b *bench, path, prefi
 // setupSlidelimitPlain is slidelimit through a client of go-redis's
 // default options.
 func setupSlidelimitPlain(ctx context.Context, b *bench, path, prefix string) (decideFunc, error) {
-	lim, err := slidelimit.New(b.plain, slidelimit.PerMinute(allowedQuota), slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(10*time.Second))
+	lim, err := slidelimit.New(b.plain, slidelimit.PerMinute(quota(path)), slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +312,7 @@ func setupSlidelimitPlain(ctx context.Context, b *bench, path, prefix string) (d
 
 func setupRedisRate(ctx context.Context, b *bench, path, prefix string) (decideFunc, error) {
 	lim := redis_rate.NewLimiter(b.rdb)
-	limit := redis_rate.Limit{Rate: allowedQuota, Burst: allowedQuota, Period: time.Minute}
+	limit := redis_rate.Limit{Rate: quota(path), Burst: quota(path), Period: time.Minute}
 	if path == "denied" {
 		limit = redis_rate.PerHour(deniedQuota)
 		return func(ctx context.Context, _ *rand.Rand) (bool, error) {
@@ -317,7 +331,7 @@ func setupUlule(ctx context.Context, b *bench, path, prefix string) (decideFunc,
 	if err != nil {
 		return nil, err
 	}
-	rate := limiter.Rate{Period: time.Minute, Limit: allowedQuota}
+	rate := limiter.Rate{Period: time.Minute, Limit: int64(quota(path))}
 	if path == "denied" {
 		rate = limiter.Rate{Period: time.Hour, Limit: deniedQuota}
 	}
@@ -335,7 +349,7 @@ func setupUlule(ctx context.Context, b *bench, path, prefix string) (decideFunc,
 }
 
 func setupClassic(ctx context.Context, b *bench, path, prefix string) (decideFunc, error) {
-	limit, window := int64(allowedQuota), int64(time.Minute/time.Millisecond)
+	limit, window := int64(quota(path)), int64(time.Minute/time.Millisecond)
 	if path == "denied" {
 		limit, window = deniedQuota, int64(time.Hour/time.Millisecond)
 	}
@@ -360,7 +374,7 @@ func (b *bench) runGo(ctx context.Context, ct contender, path string, callers in
 	if err != nil {
 		return fmt.Errorf("%s: %w", ct.name, err)
 	}
-	want := path == "allowed"
+	want := admitting(path)
 	// Warm up: load scripts, open connections and, on the denied path,
 	// exhaust the identity.
 	r := rand.New(rand.NewPCG(1, 2))
@@ -443,7 +457,7 @@ func (b *bench) runCeiling(ctx context.Context, clients, p int) error {
 		// ARGV as in allow.lua's header: cost 1, a request id, "" for
 		// Redis TIME, then the quota and the window in microseconds.
 		"EVALSHA", b.sha, "1", prefix + "{__rand_int__}:q", "1", "__rand_int__-__rand_int__-__rand_int__", "",
-		strconv.Itoa(allowedQuota), strconv.FormatInt(time.Minute.Microseconds(), 10)}
+		strconv.Itoa(quota("allowed")), strconv.FormatInt(time.Minute.Microseconds(), 10)}
 	cpu0 := b.cpu(ctx)
 	start := time.Now()
 	out, err := exec.CommandContext(ctx, "redis-benchmark", args...).Output()
@@ -484,6 +498,16 @@ func (b *bench) add(k cellKey, c cell) {
 
 // median returns the cell of median rate of k, and its p50, p99 and CPU
 // each as the median of the repetitions.
+// ran reports whether any cell of path was measured.
+func (b *bench) ran(path string) bool {
+	for k := range b.results {
+		if k.path == path {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *bench) median(k cellKey) (cell, bool) {
 	cs := b.results[k]
 	if len(cs) == 0 {
@@ -528,11 +552,16 @@ func infoField(info, name string) string {
 // report prints the throughput, latency, CPU and ratio tables.
 func (b *bench) report() {
 	peers := []string{"redis_rate", "ulule", "classic"}
-	for _, path := range []string{"allowed", "denied"} {
+	for _, path := range []string{"allowed", "stepped", "denied"} {
+		if !b.ran(path) {
+			continue
+		}
 		names := []string{"slidelimit", "redis_rate", "ulule", "classic"}
-		if path == "denied" {
+		switch path {
+		case "stepped": // no ceiling: redis-benchmark runs the exact log
+		case "denied":
 			names = []string{"slidelimit", "slidelimit-nocache", "redis_rate", "ulule", "classic"}
-		} else {
+		default:
 			names = append([]string{"slidelimit", "slidelimit-plain"}, append(names[1:], "ceiling", "ceiling-P16")...)
 		}
 		fmt.Printf("\n== %s path: decisions/s, p50 / p99 latency, Redis CPU µs per decision (median of %d)\n", path, b.reps)
@@ -565,7 +594,10 @@ func (b *bench) report() {
 			}
 			fmt.Println()
 			others := append(slices.Clone(peers), "ceiling", "ceiling-P16")
-			if path == "denied" {
+			switch path {
+			case "stepped":
+				others = peers
+			case "denied":
 				others = append([]string{"slidelimit-nocache"}, peers...)
 			}
 			for _, name := range others {
@@ -582,7 +614,7 @@ func (b *bench) report() {
 				fmt.Println()
 			}
 		}
-		if path == "allowed" {
+		if admitting(path) {
 			fmt.Printf("%-19s", "CPU classic÷ours")
 			for _, c := range b.levels {
 				s, _ := b.median(cellKey{path, c, "slidelimit"})
