@@ -314,3 +314,46 @@ func Benchmark(b *testing.B, h http.Handler) {
 	b.ReportAllocs()
 	serveAdmitted(b, h, b.N)
 }
+
+// ObserveSequence makes a known sequence of decisions, for a test of an
+// observer such as a metrics adapter: on a Redis server of its own, a
+// limiter of 5 per 10 s observed by observe admits five requests and
+// denies one of one client; then, with the server stopped, it admits one
+// request of another client as a fail-open fallback (another client, as
+// the first one's denial would be answered by the deny cache). The
+// observer must thus count, for the limit "5/10s", 5 "allowed", 1
+// "denied" and 1 "fallback_allowed" decisions: 7 in all.
+func ObserveSequence(t *testing.T, observe slidelimit.Observer) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim := NewLimiter(t, rdb, slidelimit.Per(5, 10*time.Second),
+		slidelimit.WithTimeout(time.Second), slidelimit.WithObserver(observe))
+
+	ctx := t.Context()
+	for i := range 6 {
+		if res, err := lim.Allow(ctx, "client-192.0.2.1"); err != nil || res.Allowed != (i < 5) {
+			t.Fatalf("Allow #%d = %+v, %v, want Allowed %v", i+1, res, err, i < 5)
+		}
+	}
+	srv.Stop()
+	if res, err := lim.Allow(ctx, "client-192.0.2.2"); err == nil || !res.Fallback || !res.Allowed {
+		t.Fatalf("Allow with Redis stopped = %+v, %v, want a fail-open fallback", res, err)
+	}
+}
+
+// BenchmarkObserver measures what observe adds to each decision: it
+// observes an admitted request b.N times, from parallel goroutines, and
+// reports the allocations.
+func BenchmarkObserver(b *testing.B, observe slidelimit.Observer) {
+	o := slidelimit.Observation{Identity: "user:42", Cost: 1, Latency: 300 * time.Microsecond,
+		Result: slidelimit.Result{Allowed: true, Limit: slidelimit.PerMinute(100), Remaining: 7}}
+	ctx := b.Context()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			observe(ctx, o)
+		}
+	})
+}
