@@ -94,6 +94,10 @@ func TestClientIP(t *testing.T) {
 		}
 		return n
 	}
+	// realIP keys by the extractor's client IP; trustPeer trusts the
+	// test requests' peer as a proxy.
+	realIP := echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP}
+	trustPeer := echo.TrustIPRange(cidr("192.0.2.0/24"))
 	tests := []struct {
 		name      string
 		extractor echo.IPExtractor
@@ -114,35 +118,35 @@ func TestClientIP(t *testing.T) {
 		},
 		{
 			name:      "untrusted-peer",
-			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
+			config:    realIP,
 			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("10.0.0.0/8"))),
 			header:    []string{"X-Forwarded-For", "203.0.113.7"},
 			want:      "ip:192.0.2.1",
 		},
 		{
 			name:      "trusted-peer",
-			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
-			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
+			config:    realIP,
+			extractor: echo.ExtractIPFromXFFHeader(trustPeer),
 			header:    []string{"X-Forwarded-For", "203.0.113.7"},
 			want:      "ip:203.0.113.7",
 		},
 		{
 			name:      "trusted-peer-forged-hop",
-			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
-			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
+			config:    realIP,
+			extractor: echo.ExtractIPFromXFFHeader(trustPeer),
 			header:    []string{"X-Forwarded-For", "198.51.100.66, 203.0.113.7"},
 			want:      "ip:203.0.113.7",
 		},
 		{
 			name:      "trusted-real-ip",
-			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
-			extractor: echo.ExtractIPFromRealIPHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
+			config:    realIP,
+			extractor: echo.ExtractIPFromRealIPHeader(trustPeer),
 			header:    []string{"X-Real-IP", "203.0.113.7"},
 			want:      "ip:203.0.113.7",
 		},
 		{
 			name:      "extractor-ignored-by-default",
-			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
+			extractor: echo.ExtractIPFromXFFHeader(trustPeer),
 			header:    []string{"X-Forwarded-For", "203.0.113.7"},
 			want:      "ip:192.0.2.1",
 		},
