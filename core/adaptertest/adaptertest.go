@@ -357,3 +357,38 @@ func BenchmarkObserver(b *testing.B, observe slidelimit.Observer) {
 		}
 	})
 }
+
+// DenyHandler checks an HTTP adapter's own deny handler, which Run leaves
+// at its default: build must return the adapter, limiting every request
+// by lim (1 per 10 s) and answering a denial with a deny handler that
+// passes to denied the Result it is given and the response's Retry-After
+// field as it is when the handler runs, and answers 503. Of two requests,
+// the second must reach that handler with a denial by 1/10s and
+// Retry-After already set, and its response must carry the handler's 503,
+// Retry-After and RateLimit. DenyHandler returns that response, for the
+// caller to check what its handler wrote.
+func DenyHandler(t *testing.T, build func(lim *slidelimit.Limiter, denied func(res slidelimit.Result, retryAfter string)) Server) Response {
+	t.Helper()
+	type call struct {
+		res        slidelimit.Result
+		retryAfter string
+	}
+	var calls []call
+	srv := build(NewLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second)),
+		func(res slidelimit.Result, retryAfter string) { calls = append(calls, call{res, retryAfter}) })
+	if r := get(t, srv, "/a"); r.Status != http.StatusOK {
+		t.Errorf("first request = %d, want 200", r.Status)
+	}
+	r := get(t, srv, "/a")
+	if r.Status != http.StatusServiceUnavailable {
+		t.Errorf("second request = %d, want the deny handler's 503", r.Status)
+	}
+	if len(calls) != 1 || calls[0].res.Allowed || calls[0].res.Limit.String() != "1/10s" || calls[0].retryAfter == "" {
+		t.Errorf("deny handler given %+v, want one denial by 1/10s with Retry-After already set", calls)
+	}
+	if r.Header.Get(slidelimit.FieldRetryAfter) == "" || r.Header.Get(slidelimit.FieldRateLimit) == "" {
+		t.Errorf("denied request: Retry-After %q, RateLimit %q, want both",
+			r.Header.Get(slidelimit.FieldRetryAfter), r.Header.Get(slidelimit.FieldRateLimit))
+	}
+	return r
+}
