@@ -534,13 +534,22 @@ func TestObserver(t *testing.T) {
 	}
 }
 
-func TestFailurePolicy(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+// policyLimiters starts a Redis server of the test's own and returns it,
+// a client of it that does not retry, and two limiters of 1 per minute on
+// it with a timeout of 200 ms: one fails open, the other closed.
+func policyLimiters(t *testing.T) (srv *redistest.Server, rdb *redis.Client, open, closed *slidelimit.Limiter) {
+	t.Helper()
+	srv = redistest.StartServer(t)
+	rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	open, _ := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithTimeout(200*time.Millisecond))
-	closed, _ := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithTimeout(200*time.Millisecond),
+	open, _ = newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithTimeout(200*time.Millisecond))
+	closed, _ = newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithTimeout(200*time.Millisecond),
 		slidelimit.WithFailurePolicy(slidelimit.FailClosed))
+	return srv, rdb, open, closed
+}
+
+func TestFailurePolicy(t *testing.T) {
+	srv, _, open, closed := policyLimiters(t)
 	allow(t, open, "f")
 	allow(t, closed, "f")
 	srv.Stop()

@@ -199,12 +199,7 @@ func TestWaitRejectsBadInput(t *testing.T) {
 }
 
 func TestWaitFollowsTheFailurePolicy(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	open, _ := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithTimeout(200*time.Millisecond))
-	closed, _ := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithTimeout(200*time.Millisecond),
-		slidelimit.WithFailurePolicy(slidelimit.FailClosed))
+	srv, rdb, open, closed := policyLimiters(t)
 	local, _ := newLimiter(t, rdb, slidelimit.Per(2, 400*time.Millisecond), slidelimit.WithTimeout(200*time.Millisecond),
 		slidelimit.WithFailurePolicy(slidelimit.FailLocal), slidelimit.WithReplicas(2))
 	srv.Stop()

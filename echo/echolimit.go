@@ -57,20 +57,7 @@ func NewWithConfig(lim *slidelimit.Limiter, config Config) echo.MiddlewareFunc {
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			ctx := c.Request().Context()
-			d := f.Decide(ctx, c)
-			switch d.Verdict {
-			case adapter.Deny:
-				return cfg.DenyHandler(c, d.Result)
-			case adapter.Fail:
-				return cfg.ErrorHandler(c, d.Err)
-			}
-			if !f.Refunds(d) {
-				return next(c)
-			}
-			err := next(c)
-			f.Finish(ctx, c, d, status(c, err))
-			return err
+			return f.Serve(c.Request().Context(), c, func() error { return next(c) }, cfg.DenyHandler, cfg.ErrorHandler, status)
 		}
 	}
 }

@@ -94,6 +94,10 @@ func TestClientIP(t *testing.T) {
 		}
 		return n
 	}
+	// realIP keys by the extractor's client IP; trustPeer trusts the
+	// test requests' peer as a proxy.
+	realIP := echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP}
+	trustPeer := echo.TrustIPRange(cidr("192.0.2.0/24"))
 	tests := []struct {
 		name      string
 		extractor echo.IPExtractor
@@ -114,35 +118,35 @@ func TestClientIP(t *testing.T) {
 		},
 		{
 			name:      "untrusted-peer",
-			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
+			config:    realIP,
 			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("10.0.0.0/8"))),
 			header:    []string{"X-Forwarded-For", "203.0.113.7"},
 			want:      "ip:192.0.2.1",
 		},
 		{
 			name:      "trusted-peer",
-			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
-			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
+			config:    realIP,
+			extractor: echo.ExtractIPFromXFFHeader(trustPeer),
 			header:    []string{"X-Forwarded-For", "203.0.113.7"},
 			want:      "ip:203.0.113.7",
 		},
 		{
 			name:      "trusted-peer-forged-hop",
-			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
-			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
+			config:    realIP,
+			extractor: echo.ExtractIPFromXFFHeader(trustPeer),
 			header:    []string{"X-Forwarded-For", "198.51.100.66, 203.0.113.7"},
 			want:      "ip:203.0.113.7",
 		},
 		{
 			name:      "trusted-real-ip",
-			config:    echolimit.Config{IdentifierExtractor: echolimit.KeyByRealIP},
-			extractor: echo.ExtractIPFromRealIPHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
+			config:    realIP,
+			extractor: echo.ExtractIPFromRealIPHeader(trustPeer),
 			header:    []string{"X-Real-IP", "203.0.113.7"},
 			want:      "ip:203.0.113.7",
 		},
 		{
 			name:      "extractor-ignored-by-default",
-			extractor: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr("192.0.2.0/24"))),
+			extractor: echo.ExtractIPFromXFFHeader(trustPeer),
 			header:    []string{"X-Forwarded-For", "203.0.113.7"},
 			want:      "ip:192.0.2.1",
 		},
@@ -184,23 +188,19 @@ func TestClientIP(t *testing.T) {
 
 func TestNewCustomDenyHandler(t *testing.T) {
 	t.Parallel()
-	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
-	e := echo.New()
-	e.Use(echolimit.NewWithConfig(lim, echolimit.Config{
-		DenyHandler: func(c echo.Context, res slidelimit.Result) error {
-			return c.JSON(http.StatusServiceUnavailable, map[string]any{"limit": res.Limit.String(), "allowed": res.Allowed})
-		},
-	}))
-	e.GET("/ping", ok)
-
-	get(t, e, "/ping")
-	rec := get(t, e, "/ping")
-	if body := strings.TrimSpace(rec.Body.String()); rec.Code != http.StatusServiceUnavailable || body != `{"allowed":false,"limit":"1/10s"}` {
-		t.Errorf("denied request = %d %q, want 503 {\"allowed\":false,\"limit\":\"1/10s\"}", rec.Code, body)
-	}
-	if rec.Header().Get("Retry-After") == "" || rec.Header().Get("RateLimit") == "" {
-		t.Errorf("denied request: Retry-After %q, RateLimit %q, want both set before DenyHandler",
-			rec.Header().Get("Retry-After"), rec.Header().Get("RateLimit"))
+	r := adaptertest.DenyHandler(t, func(lim *slidelimit.Limiter, denied func(slidelimit.Result, string)) adaptertest.Server {
+		e := echo.New()
+		e.Use(echolimit.NewWithConfig(lim, echolimit.Config{
+			DenyHandler: func(c echo.Context, res slidelimit.Result) error {
+				denied(res, c.Response().Header().Get("Retry-After"))
+				return c.JSON(http.StatusServiceUnavailable, map[string]any{"limit": res.Limit.String(), "allowed": res.Allowed})
+			},
+		}))
+		e.GET("/a", ok)
+		return adaptertest.HTTPServer(e)
+	})
+	if body := strings.TrimSpace(string(r.Body)); body != `{"allowed":false,"limit":"1/10s"}` {
+		t.Errorf("denied request's body = %q, want {\"allowed\":false,\"limit\":\"1/10s\"}", body)
 	}
 }
 

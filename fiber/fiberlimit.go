@@ -51,20 +51,7 @@ func New(lim *slidelimit.Limiter, config ...Config) fiber.Handler {
 		RefundFailed: cfg.SkipFailedRequests, RefundSuccessful: cfg.SkipSuccessfulRequests, Failed: cfg.Failed,
 	}
 	return func(c *fiber.Ctx) error {
-		ctx := c.UserContext()
-		d := f.Decide(ctx, c)
-		switch d.Verdict {
-		case adapter.Deny:
-			return cfg.LimitReached(c, d.Result)
-		case adapter.Fail:
-			return cfg.ErrorHandler(c, d.Err)
-		}
-		if !f.Refunds(d) {
-			return c.Next()
-		}
-		err := c.Next()
-		f.Finish(ctx, c, d, status(c, err))
-		return err
+		return f.Serve(c.UserContext(), c, c.Next, cfg.LimitReached, cfg.ErrorHandler, status)
 	}
 }
 

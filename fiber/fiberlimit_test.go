@@ -207,24 +207,19 @@ func TestKeyCopiedOutOfFiberBuffers(t *testing.T) {
 
 func TestNewCustomLimitReached(t *testing.T) {
 	t.Parallel()
-	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second))
-	app := newApp()
-	app.Use(fiberlimit.New(lim, fiberlimit.Config{
-		LimitReached: func(c *fiber.Ctx, res slidelimit.Result) error {
-			return c.Status(http.StatusServiceUnavailable).JSON(fiber.Map{"limit": res.Limit.String(), "allowed": res.Allowed})
-		},
-	}))
-	app.Get("/ping", ok)
-	c := serve(t, app)
-
-	c.get("/ping")
-	r := c.get("/ping")
-	if r.status != http.StatusServiceUnavailable || r.body != `{"allowed":false,"limit":"1/10s"}` {
-		t.Errorf("denied request = %d %q, want 503 {\"allowed\":false,\"limit\":\"1/10s\"}", r.status, r.body)
-	}
-	if r.header.Get("Retry-After") == "" || r.header.Get("RateLimit") == "" {
-		t.Errorf("denied request: Retry-After %q, RateLimit %q, want both set before LimitReached",
-			r.header.Get("Retry-After"), r.header.Get("RateLimit"))
+	r := adaptertest.DenyHandler(t, func(lim *slidelimit.Limiter, denied func(slidelimit.Result, string)) adaptertest.Server {
+		app := newApp()
+		app.Use(fiberlimit.New(lim, fiberlimit.Config{
+			LimitReached: func(c *fiber.Ctx, res slidelimit.Result) error {
+				denied(res, c.GetRespHeader("Retry-After"))
+				return c.Status(http.StatusServiceUnavailable).JSON(fiber.Map{"limit": res.Limit.String(), "allowed": res.Allowed})
+			},
+		}))
+		app.Get("/a", ok)
+		return fasthttpServer(app.Handler())
+	})
+	if body := string(r.Body); body != `{"allowed":false,"limit":"1/10s"}` {
+		t.Errorf("denied request's body = %q, want {\"allowed\":false,\"limit\":\"1/10s\"}", body)
 	}
 }
 
@@ -323,20 +318,12 @@ func TestMiddlewareAllocations(t *testing.T) {
 		t.Skip("the race detector's sync.Pool drops items at random")
 	}
 	lim := benchLimiter(t)
-	peer := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 41000}
 	perRequest := func(mw ...fiber.Handler) float64 {
 		app := newApp()
 		app.Get("/", append(mw, ok)...)
-		serve := app.Handler()
-		var req fasthttp.Request
-		req.Header.SetMethod(http.MethodGet)
-		req.SetRequestURI("/")
-		var ctx fasthttp.RequestCtx
-		ctx.Init(&req, peer, nil)
+		get := fastGET(app)
 		return testing.AllocsPerRun(200, func() {
-			ctx.Response.Reset()
-			serve(&ctx)
-			if code := ctx.Response.StatusCode(); code != http.StatusOK {
+			if code := get(); code != http.StatusOK {
 				t.Fatalf("GET / = %d, want 200", code)
 			}
 		})
@@ -356,36 +343,54 @@ func TestMiddlewareAllocations(t *testing.T) {
 // grows with every header line the limiter sets; BenchmarkAppTest keeps
 // that figure.
 func BenchmarkMiddleware(b *testing.B) {
-	lim := benchLimiter(b)
-	peer := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 41000}
-	for _, tc := range []struct {
-		name string
-		mw   []fiber.Handler
-	}{{"bare", nil}, {"limited", []fiber.Handler{fiberlimit.New(lim)}}} {
-		b.Run(tc.name, func(b *testing.B) {
-			app := newApp()
-			app.Get("/", append(tc.mw, ok)...)
-			serve := app.Handler()
-			var req fasthttp.Request
-			req.Header.SetMethod(http.MethodGet)
-			req.SetRequestURI("/")
-			var ctx fasthttp.RequestCtx
-			ctx.Init(&req, peer, nil)
-			b.ReportAllocs()
-			for range b.N {
-				ctx.Response.Reset()
-				serve(&ctx)
-				if code := ctx.Response.StatusCode(); code != http.StatusOK {
-					b.Fatalf("GET / = %d, want 200", code)
-				}
+	benchApps(b, func(b *testing.B, app *fiber.App) {
+		get := fastGET(app)
+		b.ReportAllocs()
+		for range b.N {
+			if code := get(); code != http.StatusOK {
+				b.Fatalf("GET / = %d, want 200", code)
 			}
-		})
+		}
+	})
+}
+
+// fastGET returns a function that serves GET / from 192.0.2.1 through
+// app's fasthttp handler, as Fiber's server calls it, on one request
+// context it reuses, and returns the response's status.
+func fastGET(app *fiber.App) func() int {
+	serve := app.Handler()
+	var req fasthttp.Request
+	req.Header.SetMethod(http.MethodGet)
+	req.SetRequestURI("/")
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 41000}, nil)
+	return func() int {
+		ctx.Response.Reset()
+		serve(ctx)
+		return ctx.Response.StatusCode()
 	}
 }
 
 // BenchmarkAppTest is BenchmarkMiddleware through app.Test, which also
 // writes the request and parses the response with net/http.
 func BenchmarkAppTest(b *testing.B) {
+	benchApps(b, func(b *testing.B, app *fiber.App) {
+		b.ReportAllocs()
+		for range b.N {
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			resp, err := app.Test(req, -1)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				b.Fatalf("GET / = %v, %v, want 200", resp, err)
+			}
+			_ = resp.Body.Close()
+		}
+	})
+}
+
+// benchApps runs bench on an app serving GET / bare, as sub-benchmark
+// "bare", and on one serving it behind the limiter (every request
+// admitted, against the test Redis), as "limited".
+func benchApps(b *testing.B, bench func(b *testing.B, app *fiber.App)) {
 	lim := benchLimiter(b)
 	for _, tc := range []struct {
 		name string
@@ -394,15 +399,7 @@ func BenchmarkAppTest(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			app := newApp()
 			app.Get("/", append(tc.mw, ok)...)
-			b.ReportAllocs()
-			for range b.N {
-				req := httptest.NewRequest(http.MethodGet, "/", nil)
-				resp, err := app.Test(req, -1)
-				if err != nil || resp.StatusCode != http.StatusOK {
-					b.Fatalf("GET / = %v, %v, want 200", resp, err)
-				}
-				_ = resp.Body.Close()
-			}
+			bench(b, app)
 		})
 	}
 }

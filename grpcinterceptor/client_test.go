@@ -9,6 +9,7 @@ import (
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
+	"github.com/slidelimit/slidelimit/grpcinterceptor/grpctest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -61,17 +62,8 @@ func TestServiceConfigRetry(t *testing.T) {
 			t.Parallel()
 			lim := newLimiter(t, rdb, slidelimit.Per(1, 300*time.Millisecond))
 			srv := startServer(t, append(tc.before, grpclimit.UnaryServerInterceptor(lim)), nil)
-			conn := dial(t, srv.addr, grpc.WithDefaultServiceConfig(retryConfig))
-			if r := say(t.Context(), conn, "first"); r.err != nil {
-				t.Fatalf("Say(first) = %v, want OK", r.err)
-			}
-			r := say(t.Context(), conn, "second")
-			if r.code() != tc.wantCode {
-				t.Errorf("Say(second) = %v, want %v", r.err, tc.wantCode)
-			}
-			if got := srv.attempts.Load(); got != tc.wantAttempts {
-				t.Errorf("server saw %d attempts, want %d", got, tc.wantAttempts)
-			}
+			conn := grpctest.Dial(t, srv.addr, grpc.WithDefaultServiceConfig(retryConfig))
+			sayTwice(t.Context(), t, srv, conn, tc.wantCode, tc.wantAttempts)
 		})
 	}
 }
@@ -99,24 +91,31 @@ func TestUnaryClientInterceptor(t *testing.T) {
 			t.Parallel()
 			lim := newLimiter(t, rdb, slidelimit.Per(1, tc.window))
 			srv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(lim)}, nil)
-			conn := dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(tc.opts...)))
+			conn := grpctest.Dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(tc.opts...)))
 			ctx := t.Context()
 			if tc.timeout > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
 				defer cancel()
 			}
-			if r := say(ctx, conn, "first"); r.err != nil {
-				t.Fatalf("Say(first) = %v, want OK", r.err)
-			}
-			r := say(ctx, conn, "second")
-			if r.code() != tc.wantCode {
-				t.Errorf("Say(second) = %v, want %v", r.err, tc.wantCode)
-			}
-			if got := srv.attempts.Load(); got != tc.wantAttempts {
-				t.Errorf("server saw %d attempts, want %d", got, tc.wantAttempts)
-			}
+			sayTwice(ctx, t, srv, conn, tc.wantCode, tc.wantAttempts)
 		})
+	}
+}
+
+// sayTwice calls Say on conn twice, against a limit of one call: the first
+// call must succeed, the second end with wantCode, and srv must have seen
+// wantAttempts attempts in all.
+func sayTwice(ctx context.Context, t *testing.T, srv *server, conn *grpc.ClientConn, wantCode codes.Code, wantAttempts int64) {
+	t.Helper()
+	if r := say(ctx, conn, "first"); r.err != nil {
+		t.Fatalf("Say(first) = %v, want OK", r.err)
+	}
+	if r := say(ctx, conn, "second"); r.code() != wantCode {
+		t.Errorf("Say(second) = %v, want %v", r.err, wantCode)
+	}
+	if got := srv.attempts.Load(); got != wantAttempts {
+		t.Errorf("server saw %d attempts, want %d", got, wantAttempts)
 	}
 }
 

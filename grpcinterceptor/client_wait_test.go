@@ -9,6 +9,7 @@ import (
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
+	"github.com/slidelimit/slidelimit/grpcinterceptor/grpctest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,7 +24,7 @@ func TestUnaryClientWaitInterceptor(t *testing.T) {
 	limit := slidelimit.Per(2, 300*time.Millisecond)
 	lim := newLimiter(t, rdb, limit)
 	srv := startServer(t, nil, nil)
-	conn := dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(lim, grpclimit.WithClientKey(grpclimit.ClientKeyByMethod))))
+	conn := grpctest.Dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(lim, grpclimit.WithClientKey(grpclimit.ClientKeyByMethod))))
 	for i := range 5 {
 		if r := say(t.Context(), conn, "hi"); r.err != nil {
 			t.Fatalf("Say %d = %v, want OK after waiting", i+1, r.err)
@@ -35,7 +36,7 @@ func TestUnaryClientWaitInterceptor(t *testing.T) {
 	// With a full limit of one per 10 s, a call that may wait 100 ms is
 	// refused at once.
 	full := newLimiter(t, rdb, slidelimit.Per(1, 10*time.Second))
-	conn = dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(full)))
+	conn = grpctest.Dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(full)))
 	if r := say(t.Context(), conn, "first"); r.err != nil {
 		t.Fatalf("Say(first) = %v, want OK", r.err)
 	}
@@ -73,7 +74,7 @@ func TestClientInterceptorsBlockOnResourceExhausted(t *testing.T) {
 		{"stream wait", func(lim *slidelimit.Limiter) grpc.DialOption {
 			return grpc.WithStreamInterceptor(grpclimit.StreamClientWaitInterceptor(lim))
 		}, func(ctx context.Context, conn *grpc.ClientConn) error {
-			cs, err := conn.NewStream(ctx, chatDesc, methodChat)
+			cs, err := conn.NewStream(ctx, grpctest.ChatDesc, grpctest.MethodChat)
 			if err != nil {
 				return err
 			}
@@ -83,13 +84,13 @@ func TestClientInterceptorsBlockOnResourceExhausted(t *testing.T) {
 	}
 	// The server's quota of one is used up first, so every call below is
 	// answered ResourceExhausted with a RetryInfo of about 10 s.
-	if r := say(t.Context(), dial(t, srv.addr), "use the quota"); r.err != nil {
+	if r := say(t.Context(), grpctest.Dial(t, srv.addr), "use the quota"); r.err != nil {
 		t.Fatalf("Say = %v, want OK", r.err)
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := newLimiter(t, rdb, slidelimit.PerMinute(100))
-			conn := dial(t, srv.addr, tc.dial(lim))
+			conn := grpctest.Dial(t, srv.addr, tc.dial(lim))
 			if err := tc.call(t.Context(), conn); status.Code(err) != codes.ResourceExhausted {
 				t.Fatalf("call = %v, want the server's ResourceExhausted", err)
 			}
@@ -100,7 +101,7 @@ func TestClientInterceptorsBlockOnResourceExhausted(t *testing.T) {
 			// Another process waiting on the same limit is refused at once
 			// by a deadline inside the block, without calling the server.
 			before := srv.attempts.Load()
-			other := dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(lim)))
+			other := grpctest.Dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(lim)))
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
 			if r := say(ctx, other, "blocked"); r.code() != codes.DeadlineExceeded || !strings.Contains(r.err.Error(), "deadline") {

@@ -12,6 +12,7 @@ import (
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/adaptertest"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
+	"github.com/slidelimit/slidelimit/grpcinterceptor/grpctest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -74,7 +75,7 @@ func TestConformance(t *testing.T) {
 		if s.Hook != nil {
 			opts = append(opts, grpclimit.WithErrorHook(func(_ context.Context, _ string, err error) { s.Hook(err) }))
 		}
-		conn := dial(t, startSuiteServer(t, grpclimit.UnaryServerInterceptor(s.Limiter, opts...)))
+		conn := grpctest.Dial(t, startSuiteServer(t, grpclimit.UnaryServerInterceptor(s.Limiter, opts...)))
 		return func(t testing.TB, r adaptertest.Request) adaptertest.Response {
 			md := metadata.MD{peerKey: {r.Peer.String()}}
 			for name, values := range r.Header {
@@ -151,5 +152,5 @@ func startSuiteServer(t *testing.T, limit grpc.UnaryServerInterceptor) string {
 	}
 	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(setPeer, limit))
 	gs.RegisterService(&desc, struct{}{})
-	return serveGRPC(t, gs)
+	return grpctest.Serve(t, gs)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/slidelimit/slidelimit/core/adaptertest"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
+	"github.com/slidelimit/slidelimit/grpcinterceptor/grpctest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -42,7 +43,7 @@ func TestUnaryFiveThenExhausted(t *testing.T) {
 			t.Parallel()
 			lim := newLimiter(t, tc.rdb(t), slidelimit.Per(5, 10*time.Second))
 			srv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(lim)}, nil)
-			conn := dial(t, srv.addr)
+			conn := grpctest.Dial(t, srv.addr)
 			ctx := t.Context()
 
 			start := time.Now()
@@ -111,7 +112,7 @@ func TestUnaryFiveThenExhausted(t *testing.T) {
 			if len(r.header) != 0 {
 				t.Errorf("header of the denial = %v, want none: a trailers-only response", r.header)
 			}
-			if got := srv.echo.handled.Load(); got != 5 {
+			if got := srv.echo.Handled(); got != 5 {
 				t.Errorf("handler ran %d times, want 5", got)
 			}
 		})
@@ -131,7 +132,7 @@ func TestAllowedCallMetadata(t *testing.T) {
 		wantTrailer []string // rate-limit keys in the trailers
 	}{
 		{"success", nil, "hi", codes.OK, []string{"ratelimit", "ratelimit-policy", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}, nil},
-		{"handler fails", nil, failWord, codes.FailedPrecondition, nil, []string{"ratelimit", "ratelimit-policy", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}},
+		{"handler fails", nil, grpctest.FailWord, codes.FailedPrecondition, nil, []string{"ratelimit", "ratelimit-policy", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}},
 		{"WithoutHeaders", []grpclimit.Option{grpclimit.WithoutHeaders()}, "hi", codes.OK, nil, nil},
 		{"only X-RateLimit", []grpclimit.Option{grpclimit.WithHeaders(slidelimit.Headers{Omit: slidelimit.HeaderRateLimit})}, "hi", codes.OK, []string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}, nil},
 	}
@@ -140,7 +141,7 @@ func TestAllowedCallMetadata(t *testing.T) {
 			t.Parallel()
 			lim := newLimiter(t, rdb, slidelimit.PerMinute(10))
 			srv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(lim, tc.opts...)}, nil)
-			r := say(t.Context(), dial(t, srv.addr), tc.msg)
+			r := say(t.Context(), grpctest.Dial(t, srv.addr), tc.msg)
 			if r.code() != tc.wantCode {
 				t.Fatalf("Say(%q) = %v, want %v", tc.msg, r.err, tc.wantCode)
 			}
@@ -159,10 +160,10 @@ func TestStreamOpenLimit(t *testing.T) {
 	t.Parallel()
 	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(2, 10*time.Second))
 	srv := startServer(t, nil, []grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(lim)})
-	conn := dial(t, srv.addr)
+	conn := grpctest.Dial(t, srv.addr)
 
 	for i := range 2 {
-		cs, err := conn.NewStream(t.Context(), chatDesc, methodChat)
+		cs, err := conn.NewStream(t.Context(), grpctest.ChatDesc, grpctest.MethodChat)
 		if err != nil {
 			t.Fatalf("stream %d: NewStream: %v", i+1, err)
 		}
@@ -189,7 +190,7 @@ func TestStreamOpenLimit(t *testing.T) {
 		}
 	}
 
-	cs, err := conn.NewStream(t.Context(), chatDesc, methodChat)
+	cs, err := conn.NewStream(t.Context(), grpctest.ChatDesc, grpctest.MethodChat)
 	if err != nil {
 		t.Fatalf("stream 3: NewStream: %v", err)
 	}
@@ -204,7 +205,7 @@ func TestStreamOpenLimit(t *testing.T) {
 	if got := cs.Trailer().Get(grpclimit.PushbackKey); len(got) != 1 {
 		t.Errorf("stream 3: trailer %s = %q, want one value", grpclimit.PushbackKey, got)
 	}
-	if got := srv.echo.handled.Load(); got != 2 {
+	if got := srv.echo.Handled(); got != 2 {
 		t.Errorf("handler ran %d times, want 2", got)
 	}
 }
@@ -232,7 +233,7 @@ func TestMessageLimit(t *testing.T) {
 			msgs := newLimiter(t, rdb, slidelimit.Per(3, 10*time.Second))
 			opts := append(slices.Clone(tc.opts), grpclimit.WithMessageLimit(msgs, tc.key))
 			srv := startServer(t, nil, []grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(open, opts...)})
-			cs, err := dial(t, srv.addr).NewStream(t.Context(), chatDesc, methodChat)
+			cs, err := grpctest.Dial(t, srv.addr).NewStream(t.Context(), grpctest.ChatDesc, grpctest.MethodChat)
 			if err != nil {
 				t.Fatalf("NewStream: %v", err)
 			}
@@ -294,28 +295,28 @@ func TestChoosingLimiters(t *testing.T) {
 		}, []codes.Code{codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}, []codes.Code{codes.OK, codes.OK, codes.OK}},
 		{"skip func", func(t *testing.T) grpc.UnaryServerInterceptor {
 			return grpclimit.UnaryServerInterceptor(one(t), grpclimit.WithSkip(func(_ context.Context, c grpclimit.Call) bool {
-				return c.FullMethod == methodSay
+				return c.FullMethod == grpctest.MethodSay
 			}))
 		}, []codes.Code{codes.OK, codes.OK, codes.OK}, []codes.Code{codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}},
 		{"method map", func(t *testing.T) grpc.UnaryServerInterceptor {
-			return grpclimit.UnaryServerInterceptor(many(t), grpclimit.WithMethodLimiters(map[string]*slidelimit.Limiter{methodSay: one(t)}))
+			return grpclimit.UnaryServerInterceptor(many(t), grpclimit.WithMethodLimiters(map[string]*slidelimit.Limiter{grpctest.MethodSay: one(t)}))
 		}, []codes.Code{codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}, []codes.Code{codes.OK, codes.OK, codes.OK}},
 		{"service map, method wins", func(t *testing.T) grpc.UnaryServerInterceptor {
 			return grpclimit.UnaryServerInterceptor(one(t), grpclimit.WithMethodLimiters(map[string]*slidelimit.Limiter{
 				"slidelimit.test.Echo/*": one(t),
-				methodSay:                many(t),
+				grpctest.MethodSay:       many(t),
 			}))
 		}, []codes.Code{codes.OK, codes.OK, codes.OK}, []codes.Code{codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}},
 		{"nil entries", func(t *testing.T) grpc.UnaryServerInterceptor {
 			return grpclimit.UnaryServerInterceptor(nil, grpclimit.WithMethodLimiters(map[string]*slidelimit.Limiter{
 				"grpc.health.v1.Health": one(t),
-				methodSay:               nil,
+				grpctest.MethodSay:      nil,
 			}))
 		}, []codes.Code{codes.OK, codes.OK, codes.OK}, []codes.Code{codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}},
 		{"limiter func", func(t *testing.T) grpc.UnaryServerInterceptor {
 			lim := one(t)
 			return grpclimit.UnaryServerInterceptor(many(t), grpclimit.WithLimiterFunc(func(_ context.Context, c grpclimit.Call) *slidelimit.Limiter {
-				if c.FullMethod == methodSay {
+				if c.FullMethod == grpctest.MethodSay {
 					return nil
 				}
 				return lim
@@ -326,7 +327,7 @@ func TestChoosingLimiters(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := startServer(t, []grpc.UnaryServerInterceptor{tc.build(t)}, nil)
-			conn := dial(t, srv.addr)
+			conn := grpctest.Dial(t, srv.addr)
 			hc := healthpb.NewHealthClient(conn)
 			for i := range 3 {
 				if got := say(t.Context(), conn, "hi").code(); got != tc.wantSay[i] {
@@ -391,7 +392,7 @@ func TestKeys(t *testing.T) {
 		{"user", []grpclimit.Option{grpclimit.WithKey(grpclimit.KeyByUser(user))},
 			[]string{"test-user", "ann"}, codes.OK, "user:ann"},
 		{"method and IP", []grpclimit.Option{grpclimit.WithKey(grpclimit.JoinKeys(grpclimit.KeyByMethod, grpclimit.KeyByIP))},
-			nil, codes.OK, slidelimit.JoinIdentities("route:"+methodSay, "ip:127.0.0.1")},
+			nil, codes.OK, slidelimit.JoinIdentities("route:"+grpctest.MethodSay, "ip:127.0.0.1")},
 		{"custom status", []grpclimit.Option{grpclimit.WithKey(func(context.Context, grpclimit.Call) (string, error) {
 			return "", status.Error(codes.PermissionDenied, "no")
 		})}, nil, codes.PermissionDenied, ""},
@@ -408,7 +409,7 @@ func TestKeys(t *testing.T) {
 			var ids adaptertest.Observed
 			lim := newLimiter(t, rdb, slidelimit.PerMinute(10), slidelimit.WithObserver(ids.Observe))
 			srv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(lim, tc.opts...)}, nil)
-			r := say(t.Context(), dial(t, srv.addr), "hi", tc.md...)
+			r := say(t.Context(), grpctest.Dial(t, srv.addr), "hi", tc.md...)
 			if r.code() != tc.wantCode {
 				t.Fatalf("Say() = %v, want %v", r.err, tc.wantCode)
 			}
@@ -440,7 +441,7 @@ func TestFailurePolicy(t *testing.T) {
 	openSrv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(open, openHook)}, nil)
 	closedSrv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(closed, closedHook)},
 		[]grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(closed, closedHook)})
-	openConn, closedConn := dial(t, openSrv.addr), dial(t, closedSrv.addr)
+	openConn, closedConn := grpctest.Dial(t, openSrv.addr), grpctest.Dial(t, closedSrv.addr)
 	ctx := t.Context()
 
 	for _, c := range []*grpc.ClientConn{openConn, closedConn} {
@@ -474,7 +475,7 @@ func TestFailurePolicy(t *testing.T) {
 	if got := r.trailer.Get("x-ratelimit-remaining"); len(got) != 0 {
 		t.Errorf("fail-closed, Redis down: trailer x-ratelimit-remaining = %q, want none: no quota was checked", got)
 	}
-	cs, err := closedConn.NewStream(ctx, chatDesc, methodChat)
+	cs, err := closedConn.NewStream(ctx, grpctest.ChatDesc, grpctest.MethodChat)
 	if err != nil {
 		t.Fatalf("NewStream: %v", err)
 	}
@@ -554,7 +555,7 @@ func TestLimiter(t *testing.T) {
 	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(5, 10*time.Second))
 	l := grpclimit.NewLimiter(lim, grpclimit.WithSkipMethods("grpc.health.v1.Health"))
 	srv := startServer(t, []grpc.UnaryServerInterceptor{limitInterceptor(l)}, nil)
-	conn := dial(t, srv.addr)
+	conn := grpctest.Dial(t, srv.addr)
 	for i := range 5 {
 		if r := say(t.Context(), conn, "hi"); r.err != nil {
 			t.Fatalf("call %d: Say() = %v, want OK", i+1, r.err)
@@ -602,7 +603,7 @@ func TestCostAndRefund(t *testing.T) {
 		want []codes.Code
 	}{
 		{"failed code chosen", []grpclimit.Option{grpclimit.WithRefundFailed(), grpclimit.WithFailedCode(func(c codes.Code) bool { return c == codes.Unavailable })},
-			[]string{failWord, failWord, failWord, failWord, failWord, failWord},
+			[]string{grpctest.FailWord, grpctest.FailWord, grpctest.FailWord, grpctest.FailWord, grpctest.FailWord, grpctest.FailWord},
 			[]codes.Code{codes.FailedPrecondition, codes.FailedPrecondition, codes.FailedPrecondition, codes.FailedPrecondition, codes.FailedPrecondition, codes.ResourceExhausted}},
 	}
 	for _, tt := range tests {
@@ -610,7 +611,7 @@ func TestCostAndRefund(t *testing.T) {
 			t.Parallel()
 			lim := newLimiter(t, rdb, slidelimit.Per(5, time.Minute))
 			srv := startServer(t, []grpc.UnaryServerInterceptor{grpclimit.UnaryServerInterceptor(lim, tt.opts...)}, nil)
-			conn := dial(t, srv.addr)
+			conn := grpctest.Dial(t, srv.addr)
 			for i, msg := range tt.msgs {
 				if got := say(t.Context(), conn, msg).code(); got != tt.want[i] {
 					t.Fatalf("call %d Say(%q) = %v, want %v", i+1, msg, got, tt.want[i])
@@ -631,10 +632,10 @@ func TestCostAndRefund(t *testing.T) {
 			}
 			lim := newLimiter(t, rdb, slidelimit.Per(2, time.Minute))
 			srv := startServer(t, nil, []grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(lim, opts...)})
-			conn := dial(t, srv.addr)
+			conn := grpctest.Dial(t, srv.addr)
 			ended := 0
 			for i := range 4 {
-				cs, err := conn.NewStream(t.Context(), chatDesc, methodChat)
+				cs, err := conn.NewStream(t.Context(), grpctest.ChatDesc, grpctest.MethodChat)
 				if err != nil {
 					t.Fatalf("stream %d: NewStream() = %v", i+1, err)
 				}
@@ -677,9 +678,9 @@ func TestShadowStreams(t *testing.T) {
 		}
 		lim := newLimiter(t, rdb, slidelimit.Per(5, 10*time.Second), opts...)
 		srv := startServer(t, nil, []grpc.StreamServerInterceptor{grpclimit.StreamServerInterceptor(lim)})
-		conn := dial(t, srv.addr)
+		conn := grpctest.Dial(t, srv.addr)
 		for i := range 6 {
-			cs, err := conn.NewStream(t.Context(), chatDesc, methodChat)
+			cs, err := conn.NewStream(t.Context(), grpctest.ChatDesc, grpctest.MethodChat)
 			if err != nil {
 				t.Fatalf("shadow %v: stream %d: NewStream: %v", shadow, i+1, err)
 			}
@@ -711,7 +712,7 @@ func TestShadowStreams(t *testing.T) {
 		if got, want := seen.n.Load(), map[bool]int64{true: 1, false: 0}[shadow]; got != want {
 			t.Errorf("shadow %v: observer saw %d shadow denials, want %d", shadow, got, want)
 		}
-		if got, want := srv.echo.handled.Load(), map[bool]int64{true: 6, false: 5}[shadow]; got != want {
+		if got, want := srv.echo.Handled(), map[bool]int64{true: 6, false: 5}[shadow]; got != want {
 			t.Errorf("shadow %v: handler ran %d times, want %d", shadow, got, want)
 		}
 	}

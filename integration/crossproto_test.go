@@ -20,13 +20,11 @@ import (
 	fiberlimit "github.com/slidelimit/slidelimit/fiber"
 	ginlimit "github.com/slidelimit/slidelimit/gin"
 	grpclimit "github.com/slidelimit/slidelimit/grpcinterceptor"
+	"github.com/slidelimit/slidelimit/grpcinterceptor/grpctest"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
 // fleetKeys are the keys of one fleet: the same concept keyed by each
@@ -77,30 +75,13 @@ func startFleet(t *testing.T, limit slidelimit.Limit, keys fleetKeys) (map[strin
 
 	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(lim(), keys.grpc...)))
 	healthpb.RegisterHealthServer(gs, health.NewServer())
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	go func() { _ = gs.Serve(gl) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("grpc.NewClient: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	hc := healthpb.NewHealthClient(conn)
+	hc := healthpb.NewHealthClient(grpctest.Dial(t, grpctest.Serve(t, gs)))
 	fleet["grpc"] = func(ctx context.Context, kv ...string) (bool, error) {
 		for i := 0; i < len(kv); i += 2 {
 			ctx = metadata.AppendToOutgoingContext(ctx, strings.ToLower(kv[i]), kv[i+1])
 		}
 		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
-		switch status.Code(err) {
-		case codes.OK:
-			return true, nil
-		case codes.ResourceExhausted:
-			return false, nil
-		}
-		return false, err
+		return grpcAdmitted(err)
 	}
 	redisKeys := func() []string {
 		ks, err := rdb.Keys(t.Context(), prefix+"*").Result()

@@ -94,27 +94,14 @@ var faults = []fault{
 		return func() { time.Sleep(time.Until(ends)) }
 	}},
 	{name: "SCRIPT FLUSH under traffic", harmless: true, inject: func(t *testing.T, env *faultEnv) func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
 		var flushes int
-		go func() {
-			defer close(done)
-			tick := time.NewTicker(20 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					if env.admin.ScriptFlush(ctx).Err() == nil {
-						flushes++
-					}
-				}
+		stop := every(20*time.Millisecond, func(ctx context.Context) {
+			if env.admin.ScriptFlush(ctx).Err() == nil {
+				flushes++
 			}
-		}()
+		})
 		return func() {
-			cancel()
-			<-done
+			stop()
 			t.Logf("SCRIPT FLUSH ran %d times", flushes)
 		}
 	}},

@@ -4,10 +4,9 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
-	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adaptertest"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	otellimit "github.com/slidelimit/slidelimit/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -19,17 +18,6 @@ import (
 
 // TestMain gives the examples a Redis in REDIS_ADDR.
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
-
-// newLimiter returns a limiter on rdb with a prefix of the test's own.
-func newLimiter(t *testing.T, rdb redis.Scripter, limit slidelimit.Limit, opts ...slidelimit.Option) *slidelimit.Limiter {
-	t.Helper()
-	opts = append([]slidelimit.Option{slidelimit.WithPrefix(redistest.Prefix(t))}, opts...)
-	lim, err := slidelimit.New(rdb, limit, opts...)
-	if err != nil {
-		t.Fatalf("slidelimit.New(%v) error = %v", limit, err)
-	}
-	return lim
-}
 
 // newMetrics returns Metrics on a MeterProvider read by the returned reader.
 func newMetrics(t *testing.T, opts ...otellimit.Option) (*otellimit.Metrics, *sdkmetric.ManualReader) {
@@ -98,24 +86,8 @@ func value(set attribute.Set, key attribute.Key) string {
 // TestMetrics runs the sequence of promlimit's test, five admitted, one
 // denied and one fallback with Redis stopped, and reads the instruments.
 func TestMetrics(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
 	m, reader := newMetrics(t)
-	lim := newLimiter(t, rdb, slidelimit.Per(5, 10*time.Second),
-		slidelimit.WithTimeout(time.Second), slidelimit.WithObserver(m.Observer("api")))
-
-	ctx := t.Context()
-	for i := range 6 {
-		if res, err := lim.Allow(ctx, "client-192.0.2.1"); err != nil || res.Allowed != (i < 5) {
-			t.Fatalf("Allow #%d = %+v, %v, want Allowed %v", i+1, res, err, i < 5)
-		}
-	}
-	srv.Stop()
-	// Another client: the first one's denial is answered by the deny cache.
-	if res, err := lim.Allow(ctx, "client-192.0.2.2"); err == nil || !res.Fallback || !res.Allowed {
-		t.Fatalf("Allow with Redis stopped = %+v, %v, want a fail-open fallback", res, err)
-	}
+	adaptertest.ObserveSequence(t, m.Observer("api"))
 
 	decisions, durations := collect(t, reader)
 	want := map[point]int64{
@@ -150,7 +122,7 @@ func TestSpanEvents(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	m, _ := newMetrics(t)
-	lim := newLimiter(t, redistest.Client(t), slidelimit.PerMinute(1), slidelimit.WithShadow(),
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.PerMinute(1), slidelimit.WithShadow(),
 		slidelimit.WithObserver(m.Observer("api")))
 
 	ctx, span := tp.Tracer("test").Start(t.Context(), "GET /ping")
@@ -196,7 +168,7 @@ func TestWithoutSpanEvents(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	m, reader := newMetrics(t, otellimit.WithoutSpanEvents())
-	lim := newLimiter(t, redistest.Client(t), slidelimit.PerMinute(1), slidelimit.WithObserver(m.Observer("api")))
+	lim := adaptertest.NewLimiter(t, redistest.Client(t), slidelimit.PerMinute(1), slidelimit.WithObserver(m.Observer("api")))
 	ctx, span := tp.Tracer("test").Start(t.Context(), "GET /ping")
 	_, _ = lim.Allow(ctx, "x")
 	span.End()
@@ -217,14 +189,5 @@ func BenchmarkObserver(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	observe := m.Observer("api")
-	o := slidelimit.Observation{Identity: "user:42", Cost: 1, Latency: 300 * time.Microsecond,
-		Result: slidelimit.Result{Allowed: true, Limit: slidelimit.PerMinute(100), Remaining: 7}}
-	ctx := b.Context()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			observe(ctx, o)
-		}
-	})
+	adaptertest.BenchmarkObserver(b, m.Observer("api"))
 }

@@ -5,30 +5,19 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/adaptertest"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	promlimit "github.com/slidelimit/slidelimit/prometheus"
 )
 
 // TestMain gives the examples a Redis in REDIS_ADDR.
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
-
-// newLimiter returns a limiter on rdb with a prefix of the test's own.
-func newLimiter(t *testing.T, rdb redis.Scripter, limit slidelimit.Limit, opts ...slidelimit.Option) *slidelimit.Limiter {
-	t.Helper()
-	opts = append([]slidelimit.Option{slidelimit.WithPrefix(redistest.Prefix(t))}, opts...)
-	lim, err := slidelimit.New(rdb, limit, opts...)
-	if err != nil {
-		t.Fatalf("slidelimit.New(%v) error = %v", limit, err)
-	}
-	return lim
-}
 
 // decisions is the exposition of slidelimit_decisions_total for one limit
 // of the limiter "api", with the given count of each outcome.
@@ -89,26 +78,10 @@ func checkDurations(t *testing.T, reg prometheus.Gatherer, n uint64) {
 // TestDecisions runs a known sequence, five admitted, one denied and one
 // fallback with Redis stopped, and scrapes the exact counts.
 func TestDecisions(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
 	m := promlimit.New()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
-	lim := newLimiter(t, rdb, slidelimit.Per(5, 10*time.Second),
-		slidelimit.WithTimeout(time.Second), slidelimit.WithObserver(m.Observer("api")))
-
-	ctx := t.Context()
-	for i := range 6 {
-		if res, err := lim.Allow(ctx, "client-192.0.2.1"); err != nil || res.Allowed != (i < 5) {
-			t.Fatalf("Allow #%d = %+v, %v, want Allowed %v", i+1, res, err, i < 5)
-		}
-	}
-	srv.Stop()
-	// Another client: the first one's denial is answered by the deny cache.
-	if res, err := lim.Allow(ctx, "client-192.0.2.2"); err == nil || !res.Fallback || !res.Allowed {
-		t.Fatalf("Allow with Redis stopped = %+v, %v, want a fail-open fallback", res, err)
-	}
+	adaptertest.ObserveSequence(t, m.Observer("api"))
 
 	want := decisions("5/10s", map[slidelimit.Outcome]int{"allowed": 5, "denied": 1, "fallback_allowed": 1})
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "slidelimit_decisions_total"); err != nil {
@@ -127,7 +100,7 @@ func TestOutcomes(t *testing.T) {
 	m := promlimit.New()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
-	shadow := newLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithShadow(), slidelimit.WithObserver(m.Observer("api")))
+	shadow := adaptertest.NewLimiter(t, rdb, slidelimit.PerMinute(1), slidelimit.WithShadow(), slidelimit.WithObserver(m.Observer("api")))
 	ctx := t.Context()
 	for range 3 {
 		if res, err := shadow.Allow(ctx, "s"); err != nil || !res.Allowed {
@@ -140,7 +113,7 @@ func TestOutcomes(t *testing.T) {
 
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}) // a closed port
 	t.Cleanup(func() { _ = down.Close() })
-	closed := newLimiter(t, down, slidelimit.PerMinute(1), slidelimit.WithFailurePolicy(slidelimit.FailClosed),
+	closed := adaptertest.NewLimiter(t, down, slidelimit.PerMinute(1), slidelimit.WithFailurePolicy(slidelimit.FailClosed),
 		slidelimit.WithObserver(m.Observer("api")))
 	if res, err := closed.Allow(ctx, "c"); err == nil || res.Allowed {
 		t.Fatalf("fail-closed Allow with no Redis = %+v, %v, want a denial and an error", res, err)
@@ -160,8 +133,8 @@ func TestSeveralLimiters(t *testing.T) {
 	m := promlimit.New(promlimit.WithConstLabels(prometheus.Labels{"region": "eu"}), promlimit.WithBuckets(0.001, 0.01))
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
-	api := newLimiter(t, rdb, slidelimit.PerMinute(10), slidelimit.WithObserver(m.Observer("api")))
-	login := newLimiter(t, rdb, slidelimit.PerMinute(3).Named("login"), slidelimit.WithObserver(m.Observer("login")))
+	api := adaptertest.NewLimiter(t, rdb, slidelimit.PerMinute(10), slidelimit.WithObserver(m.Observer("api")))
+	login := adaptertest.NewLimiter(t, rdb, slidelimit.PerMinute(3).Named("login"), slidelimit.WithObserver(m.Observer("login")))
 	ctx := t.Context()
 	_, _ = api.Allow(ctx, "a")
 	_, _ = login.Allow(ctx, "a")
@@ -182,14 +155,5 @@ func TestSeveralLimiters(t *testing.T) {
 
 // BenchmarkObserver measures what the observer adds to each decision.
 func BenchmarkObserver(b *testing.B) {
-	observe := promlimit.New().Observer("api")
-	o := slidelimit.Observation{Identity: "user:42", Cost: 1, Latency: 300 * time.Microsecond,
-		Result: slidelimit.Result{Allowed: true, Limit: slidelimit.PerMinute(100), Remaining: 7}}
-	ctx := b.Context()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			observe(ctx, o)
-		}
-	})
+	adaptertest.BenchmarkObserver(b, promlimit.New().Observer("api"))
 }

@@ -47,6 +47,9 @@
 // handler, call Decide; on Deny answer 429 with the denial (httplimit's
 // Problem is the body every HTTP adapter sends), on Fail answer
 // httplimit.FailureStatus(d.Err), otherwise call the next handler and, if
-// Refunds(d), Finish with the status it answered. Then prove it: package
+// Refunds(d), Finish with the status it answered. In a framework whose
+// handlers return an error (Echo, Fiber), Serve does all of this given
+// the next handler, the deny and error handlers and the status an error
+// answers with. Then prove it: package
 // adaptertest runs every scenario the adapters of this project pass.
 package adapter

@@ -236,6 +236,30 @@ func (f *Flow[C]) Finish(ctx context.Context, c C, d Decision, status int) {
 	}
 }
 
+// Serve runs the whole flow for the request c, whose context is ctx, in a
+// framework whose handlers return an error, such as Echo or Fiber: it calls
+// Decide, answers a denial with deny and a failure with fail, and
+// otherwise returns next's error. When the decision Refunds, it calls
+// Finish with the status status gives for next's error, the status the
+// framework will answer with.
+func (f *Flow[C]) Serve(ctx context.Context, c C, next func() error,
+	deny func(C, slidelimit.Result) error, fail func(C, error) error, status func(C, error) int,
+) error {
+	d := f.Decide(ctx, c)
+	switch d.Verdict {
+	case Deny:
+		return deny(c, d.Result)
+	case Fail:
+		return fail(c, d.Err)
+	}
+	if !f.Refunds(d) {
+		return next()
+	}
+	err := next()
+	f.Finish(ctx, c, d, status(c, err))
+	return err
+}
+
 // fail reports err and returns a Fail decision for it.
 func (f *Flow[C]) fail(ctx context.Context, c C, err error) Decision {
 	f.hook(ctx, c, err)

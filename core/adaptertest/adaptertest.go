@@ -314,3 +314,81 @@ func Benchmark(b *testing.B, h http.Handler) {
 	b.ReportAllocs()
 	serveAdmitted(b, h, b.N)
 }
+
+// ObserveSequence makes a known sequence of decisions, for a test of an
+// observer such as a metrics adapter: on a Redis server of its own, a
+// limiter of 5 per 10 s observed by observe admits five requests and
+// denies one of one client; then, with the server stopped, it admits one
+// request of another client as a fail-open fallback (another client, as
+// the first one's denial would be answered by the deny cache). The
+// observer must thus count, for the limit "5/10s", 5 "allowed", 1
+// "denied" and 1 "fallback_allowed" decisions: 7 in all.
+func ObserveSequence(t *testing.T, observe slidelimit.Observer) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim := NewLimiter(t, rdb, slidelimit.Per(5, 10*time.Second),
+		slidelimit.WithTimeout(time.Second), slidelimit.WithObserver(observe))
+
+	ctx := t.Context()
+	for i := range 6 {
+		if res, err := lim.Allow(ctx, "client-192.0.2.1"); err != nil || res.Allowed != (i < 5) {
+			t.Fatalf("Allow #%d = %+v, %v, want Allowed %v", i+1, res, err, i < 5)
+		}
+	}
+	srv.Stop()
+	if res, err := lim.Allow(ctx, "client-192.0.2.2"); err == nil || !res.Fallback || !res.Allowed {
+		t.Fatalf("Allow with Redis stopped = %+v, %v, want a fail-open fallback", res, err)
+	}
+}
+
+// BenchmarkObserver measures what observe adds to each decision: it
+// observes an admitted request b.N times, from parallel goroutines, and
+// reports the allocations.
+func BenchmarkObserver(b *testing.B, observe slidelimit.Observer) {
+	o := slidelimit.Observation{Identity: "user:42", Cost: 1, Latency: 300 * time.Microsecond,
+		Result: slidelimit.Result{Allowed: true, Limit: slidelimit.PerMinute(100), Remaining: 7}}
+	ctx := b.Context()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			observe(ctx, o)
+		}
+	})
+}
+
+// DenyHandler checks an HTTP adapter's own deny handler, which Run leaves
+// at its default: build must return the adapter, limiting every request
+// by lim (1 per 10 s) and answering a denial with a deny handler that
+// passes to denied the Result it is given and the response's Retry-After
+// field as it is when the handler runs, and answers 503. Of two requests,
+// the second must reach that handler with a denial by 1/10s and
+// Retry-After already set, and its response must carry the handler's 503,
+// Retry-After and RateLimit. DenyHandler returns that response, for the
+// caller to check what its handler wrote.
+func DenyHandler(t *testing.T, build func(lim *slidelimit.Limiter, denied func(res slidelimit.Result, retryAfter string)) Server) Response {
+	t.Helper()
+	type call struct {
+		res        slidelimit.Result
+		retryAfter string
+	}
+	var calls []call
+	srv := build(NewLimiter(t, redistest.Client(t), slidelimit.Per(1, 10*time.Second)),
+		func(res slidelimit.Result, retryAfter string) { calls = append(calls, call{res, retryAfter}) })
+	if r := get(t, srv, "/a"); r.Status != http.StatusOK {
+		t.Errorf("first request = %d, want 200", r.Status)
+	}
+	r := get(t, srv, "/a")
+	if r.Status != http.StatusServiceUnavailable {
+		t.Errorf("second request = %d, want the deny handler's 503", r.Status)
+	}
+	if len(calls) != 1 || calls[0].res.Allowed || calls[0].res.Limit.String() != "1/10s" || calls[0].retryAfter == "" {
+		t.Errorf("deny handler given %+v, want one denial by 1/10s with Retry-After already set", calls)
+	}
+	if r.Header.Get(slidelimit.FieldRetryAfter) == "" || r.Header.Get(slidelimit.FieldRateLimit) == "" {
+		t.Errorf("denied request: Retry-After %q, RateLimit %q, want both",
+			r.Header.Get(slidelimit.FieldRetryAfter), r.Header.Get(slidelimit.FieldRateLimit))
+	}
+	return r
+}

@@ -38,6 +38,13 @@
 // (ResourceExhausted 429, Unavailable 503, Internal 500,
 // Unauthenticated 401, OK 200) and its RetryInfo to Response.RetryAfter.
 //
+// DenyHandler checks what Run leaves at its default: an HTTP adapter's own
+// deny handler.
+//
+// An observer of decisions, such as a metrics adapter, is not a
+// middleware: ObserveSequence makes it see a known sequence of decisions
+// to count, and BenchmarkObserver measures it.
+//
 // The suite needs the Redis of package redistest: run it under the
 // project's harness (make test), which starts standalone Redis and a
 // Cluster.

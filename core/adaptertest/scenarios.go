@@ -442,14 +442,22 @@ func cost(t *testing.T, a Adapter) {
 				r.Header.Get(slidelimit.FieldXRateLimitRemaining), tt.status, tt.remaining)
 		}
 	}
+	serverError(t, srv, &errs, "request of cost 11 against a quota of 10", slidelimit.ErrInvalidCost, "X-Cost", "11")
+}
+
+// serverError checks that the hook behind errs has received nothing so
+// far, then sends a request with the given header fields, which srv must
+// answer 500, reporting one error that wraps target to the hook.
+func serverError(t *testing.T, srv Server, errs *ErrorLog, what string, target error, header ...string) {
+	t.Helper()
 	if e := errs.Take(); len(e) != 0 {
-		t.Errorf("hook got %v, want nothing", e)
+		t.Errorf("hook got %v before the %s, want nothing", e, what)
 	}
-	if r := get(t, srv, "/a", "X-Cost", "11"); r.Status != http.StatusInternalServerError {
-		t.Errorf("request of cost 11 against a quota of 10 = %d, want 500", r.Status)
+	if r := get(t, srv, "/a", header...); r.Status != http.StatusInternalServerError {
+		t.Errorf("%s = %d, want 500", what, r.Status)
 	}
-	if e := errs.Take(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrInvalidCost) {
-		t.Errorf("hook got %v, want one error wrapping ErrInvalidCost", e)
+	if e := errs.Take(); len(e) != 1 || !errors.Is(e[0], target) {
+		t.Errorf("%s: hook got %v, want one error wrapping %v", what, e, target)
 	}
 }
 
@@ -485,15 +493,7 @@ func plans(t *testing.T, a Adapter) {
 				r.Header.Get(slidelimit.FieldXRateLimitLimit), r.Header.Get(slidelimit.FieldXRateLimitRemaining), tt.status, tt.limit, tt.remain)
 		}
 	}
-	if e := errs.Take(); len(e) != 0 {
-		t.Errorf("hook got %v, want nothing", e)
-	}
-	if r := get(t, srv, "/a", "X-Plan", "none"); r.Status != http.StatusInternalServerError {
-		t.Errorf("request with an invalid plan = %d, want 500", r.Status)
-	}
-	if e := errs.Take(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrInvalidLimit) {
-		t.Errorf("hook got %v, want one error wrapping ErrInvalidLimit", e)
-	}
+	serverError(t, srv, &errs, "request with an invalid plan", slidelimit.ErrInvalidLimit, "X-Plan", "none")
 }
 
 // clientIP runs every scenario of redistest.ClientIPScenarios and the
