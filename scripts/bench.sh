@@ -4,7 +4,7 @@
 # Runs the bench module (bench/main.go; its doc comment lists the contenders
 # and the method) against one throwaway standalone Redis: decisions/s, p50
 # and p99 latency and Redis CPU per decision at 1, 16, 64 and 256 callers on
-# the allowed and denied paths for slidelimit, go-redis/redis_rate v10,
+# the allowed (exact), stepped and denied paths for slidelimit, go-redis/redis_rate v10,
 # ulule/limiter v3 and the classic sliding-log script; redis-benchmark
 # running core/allow.lua by EVALSHA unpipelined and with -P 16; every ratio;
 # MEMORY USAGE per identity and per request; the zset-max-listpack-entries
