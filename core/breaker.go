@@ -22,10 +22,30 @@ type breaker struct {
 
 // circuit is the state of one node's breaker.
 type circuit struct {
-	fails     int       // consecutive failed round trips
-	last      uint64    // id of the last round trip counted in fails
-	openUntil time.Time // zero while closed
-	probing   bool      // half-open: a probe is out
+	fails     int                  // consecutive failed round trips
+	counted   [countedTrips]uint64 // ids of the round trips last counted in fails
+	next      int                  // where counted takes the next id
+	openUntil time.Time            // zero while closed
+	probing   bool                 // half-open: a probe is out
+}
+
+// countedTrips is how many round trips a circuit remembers having counted,
+// so that the calls of one round trip count it once. Round trips in flight
+// together end in any order (a node has at most maxInFlight out per
+// client), and each of them counts.
+const countedTrips = 2 * maxInFlight
+
+// seen reports whether round trip rt was counted already, and remembers it
+// if not.
+func (c *circuit) seen(rt uint64) bool {
+	for _, id := range c.counted {
+		if id == rt {
+			return true
+		}
+	}
+	c.counted[c.next] = rt
+	c.next = (c.next + 1) % len(c.counted)
+	return false
 }
 
 func newBreaker(failures int, cooldown time.Duration) *breaker {
@@ -80,11 +100,8 @@ func (b *breaker) record(node string, rt uint64, h health, probe bool) {
 			c.openUntil = time.Now().Add(b.cooldown)
 			return
 		}
-		if rt != 0 {
-			if rt <= c.last {
-				return // this round trip, or a later one, already counted
-			}
-			c.last = rt
+		if rt != 0 && c.seen(rt) {
+			return // this round trip counted already
 		}
 		c.fails++
 		if c.fails >= b.failures && c.openUntil.IsZero() {

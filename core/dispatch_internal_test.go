@@ -206,6 +206,23 @@ func TestBreakerIsPerNode(t *testing.T) {
 	}
 }
 
+// TestBreakerCountsRoundTripsEndingOutOfOrder: round trips in flight
+// together fail in any order, and each counts once, so the breaker opens
+// after as many failed round trips as it is set to, not as many waves.
+func TestBreakerCountsRoundTripsEndingOutOfOrder(t *testing.T) {
+	b := newBreaker(4, time.Minute)
+	for _, rt := range []uint64{13, 11, 13, 12, 11} {
+		b.record("a", rt, healthFailed, false)
+	}
+	if _, err := b.admit("a"); err != nil {
+		t.Fatalf("after 3 failed round trips (5 calls) admit = %v, want closed", err)
+	}
+	b.record("a", 10, healthFailed, false)
+	if _, err := b.admit("a"); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("after round trips 13, 11, 12 and 10 failed admit = %v, want ErrCircuitOpen", err)
+	}
+}
+
 // TestLocalLimitsForgetsLeastRecent bounds FailLocal's memory.
 func TestLocalLimitsForgetsLeastRecent(t *testing.T) {
 	l := newLocalLimits([]Limit{Per(2, time.Minute)}, 1, 2)
