@@ -341,7 +341,7 @@ func (ln *lane) take() []*call {
 // call must be sent again: the caller then waits for it as for any round
 // trip.
 func (ln *lane) direct(ctx context.Context, c *call) (outcome, bool) {
-	failed, held := ln.bounded(ctx, []*call{c})
+	failed, held := ln.bounded(ctx, []*call{c}, false)
 	if held != nil {
 		return outcome{}, false
 	}
@@ -357,10 +357,12 @@ func (ln *lane) direct(ctx context.Context, c *call) (outcome, bool) {
 // silence by the longest timeout of batch, and no goroutine stands between
 // the calls and Redis. It reports whether Redis failed, and returns the
 // calls Redis did not answer in time while this process or its host was too
-// busy to have read the answer: they are left sent, for a round trip that
-// grants them the busy allowance (see trip.wait); their request ids make
-// sure that a request Redis did record is counted once.
-func (ln *lane) bounded(ctx context.Context, batch []*call) (failed bool, held []*call) {
+// busy to have read the answer, or, for a batch sent behind others (behind),
+// while Redis answered other round trips of the node within the timeout:
+// they are left sent, for a round trip that grants them those allowances
+// (see trip.wait); their request ids make sure that a request Redis did
+// record is counted once.
+func (ln *lane) bounded(ctx context.Context, batch []*call, behind bool) (failed bool, held []*call) {
 	busy := recentMeter()
 	rctx, cancel := context.WithTimeout(ctx, maxTimeout(batch))
 	defer cancel()
@@ -375,7 +377,7 @@ func (ln *lane) bounded(ctx context.Context, batch []*call) (failed bool, held [
 		if !asked {
 			asked, wasBusy = true, busy.busy()
 		}
-		return wasBusy
+		return wasBusy || behind && time.Since(time.Unix(0, ln.answered.Load())) < maxTimeout(batch)
 	}
 	var delivered atomic.Int32
 	return ln.exec(rctx, batch, roundTrips.Add(1), &delivered, hold)
@@ -398,11 +400,40 @@ func isTimeout(err error) bool {
 // run sends batch, then the next batches while calls wait.
 func (ln *lane) run(batch []*call) {
 	for batch != nil {
-		// A batch waits on Redis behind the batches ahead of it, which only
-		// trip.wait allows for: its round trip is never bounded directly.
-		failed, _ := ln.start(batch).wait(nil)
-		batch = ln.next(failed)
+		batch = ln.next(ln.roundTrip(batch))
 	}
+}
+
+// roundTrip makes batch's round trip and reports whether Redis failed it.
+// For a client that gives up at a context's deadline, once the node has
+// answered, it is made on this goroutine (see bounded), so that the next
+// batch goes out as soon as this one is answered, with no goroutine
+// between; a batch whose calls have different timeouts, and the calls
+// bounded holds, go through a round trip that trip.wait bounds call by
+// call. A batch waits on Redis behind the batches ahead of it: bounded
+// holds what times out while Redis answers them.
+func (ln *lane) roundTrip(batch []*call) bool {
+	if ln.d.bounded && ln.answered.Load() != 0 && sameTimeout(batch) {
+		failed, held := ln.bounded(context.Background(), batch, true)
+		if held == nil {
+			return failed
+		}
+		f, _ := ln.start(held).wait(nil)
+		return failed || f
+	}
+	failed, _ := ln.start(batch).wait(nil)
+	return failed
+}
+
+// sameTimeout reports whether every call of batch has one timeout, and
+// one that bounds it.
+func sameTimeout(batch []*call) bool {
+	for _, c := range batch {
+		if c.timeout <= 0 || c.timeout != batch[0].timeout {
+			return false
+		}
+	}
+	return true
 }
 
 // finish waits for the end of t, whose caller left, then sends the next

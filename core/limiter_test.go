@@ -46,10 +46,27 @@ func redisNow(t *testing.T, rdb redis.Cmdable) time.Time {
 }
 
 // oneAtATime runs f against a standalone Redis, then against Redis
-// Cluster, not in parallel.
+// Cluster, then both again through clients with ContextTimeoutEnabled,
+// not in parallel.
 func oneAtATime(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
 	t.Run("standalone", func(t *testing.T) { f(t, redistest.Client(t)) })
 	t.Run("cluster", func(t *testing.T) { f(t, redistest.ClusterClient(t)) })
+	// A client that gives up at a context's deadline has its round trips
+	// made on the goroutine that sends them, without trip.wait's watch.
+	t.Run("standalone/ContextTimeoutEnabled", func(t *testing.T) {
+		opts := *redistest.Client(t).Options()
+		opts.ContextTimeoutEnabled = true
+		rdb := redis.NewClient(&opts)
+		t.Cleanup(func() { _ = rdb.Close() })
+		f(t, rdb)
+	})
+	t.Run("cluster/ContextTimeoutEnabled", func(t *testing.T) {
+		opts := *redistest.ClusterClient(t).Options()
+		opts.ContextTimeoutEnabled = true
+		rdb := redis.NewClusterClient(&opts)
+		t.Cleanup(func() { _ = rdb.Close() })
+		f(t, rdb)
+	})
 }
 
 // clients runs f against a standalone Redis and against Redis Cluster.
