@@ -114,8 +114,12 @@ func (b *bench) longExact(ctx context.Context, script *redis.Script, q int) (lon
 	for i := range longReps {
 		log := prefix + "{" + strconv.Itoa(i) + "}"
 		if err := b.timed(ctx, &f.costQ, func() error {
-			if ok, err := eval(log, q); err != nil || ok != 1 {
-				return fmt.Errorf("long windows: exact cost %d = %d, %v; want admitted", q, ok, err)
+			ok, err := eval(log, q)
+			if err != nil {
+				return fmt.Errorf("long windows: exact cost %d: %w", q, err)
+			}
+			if ok != 1 {
+				return fmt.Errorf("long windows: exact cost %d = %d, want admitted", q, ok)
 			}
 			return nil
 		}); err != nil {

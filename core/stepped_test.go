@@ -85,7 +85,7 @@ func TestSteppedLimit(t *testing.T) {
 		lim, prefix := newLimiter(t, rdb, limit, slidelimit.WithClock(clock.Now), slidelimit.WithDenyCache(0))
 		ctx := t.Context()
 		clock.Add(300 * time.Millisecond)
-		res := allowN(t, lim, ctx, "s", 4)
+		res := allowN(ctx, t, lim, "s", 4)
 		if !res.Allowed || res.Remaining != 6 || res.ResetAfter != 10*time.Second+700*time.Millisecond {
 			t.Fatalf("AllowN(4) = %+v, want allowed, 6 left, reset at the end of its step + the window", res)
 		}
@@ -105,18 +105,18 @@ func TestSteppedLimit(t *testing.T) {
 			t.Fatalf("total = %d, want 10: a retried call counts once", total)
 		}
 		clock.Add(time.Second)
-		res = allowN(t, lim, ctx, "s", 1)
+		res = allowN(ctx, t, lim, "s", 1)
 		// The first bucket (4 units, step 0) leaves at 1s + 10s after its
 		// start; now is 3.3s after it.
 		if res.Allowed || res.RetryAfter != 11*time.Second-3300*time.Millisecond {
 			t.Fatalf("AllowN(1) on a full window = %+v, want denied for 7.7s", res)
 		}
 		clock.Add(res.RetryAfter - time.Microsecond)
-		if res := allowN(t, lim, ctx, "s", 1); res.Allowed {
+		if res := allowN(ctx, t, lim, "s", 1); res.Allowed {
 			t.Fatalf("AllowN(1) a µs before RetryAfter = %+v, want denied", res)
 		}
 		clock.Add(time.Microsecond)
-		ok := allowN(t, lim, ctx, "s", 4)
+		ok := allowN(ctx, t, lim, "s", 4)
 		if !ok.Allowed || ok.Remaining != 0 {
 			t.Fatalf("AllowN(4) at RetryAfter = %+v, want allowed with 0 left", ok)
 		}
@@ -126,10 +126,10 @@ func TestSteppedLimit(t *testing.T) {
 		if err := lim.Refund(ctx, ok); err != nil {
 			t.Fatal(err)
 		}
-		if res := allowN(t, lim, ctx, "s", 4); !res.Allowed || res.Remaining != 0 {
+		if res := allowN(ctx, t, lim, "s", 4); !res.Allowed || res.Remaining != 0 {
 			t.Fatalf("AllowN(4) after a refund (made twice) = %+v, want allowed with 0 left", res)
 		}
-		if res := allowN(t, lim, ctx, "s", 1); res.Allowed {
+		if res := allowN(ctx, t, lim, "s", 1); res.Allowed {
 			t.Fatalf("AllowN(1) = %+v, want denied: a second refund must take nothing", res)
 		}
 	})
@@ -143,11 +143,11 @@ func TestSteppedAndExactAreAtomic(t *testing.T) {
 	lim, prefix := newLimiter(t, rdb, exact, slidelimit.WithLimits(stepped), slidelimit.WithDenyCache(0))
 	ctx := t.Context()
 	for i := range 3 {
-		if res := allowN(t, lim, ctx, "m", 1); !res.Allowed {
+		if res := allowN(ctx, t, lim, "m", 1); !res.Allowed {
 			t.Fatalf("Allow #%d = %+v, want allowed", i+1, res)
 		}
 	}
-	if res := allowN(t, lim, ctx, "m", 1); res.Allowed || res.Limit != exact {
+	if res := allowN(ctx, t, lim, "m", 1); res.Allowed || res.Limit != exact {
 		t.Fatalf("Allow #4 = %+v, want denied by %v", res, exact)
 	}
 	key, _ := slidelimit.Key(prefix, "m", stepped)
@@ -187,7 +187,7 @@ func steppedLog(t *testing.T, rdb redis.Cmdable, key string) (total int64, bucke
 	return total, buckets
 }
 
-func allowN(t *testing.T, lim *slidelimit.Limiter, ctx context.Context, identity string, n int) slidelimit.Result {
+func allowN(ctx context.Context, t *testing.T, lim *slidelimit.Limiter, identity string, n int) slidelimit.Result {
 	t.Helper()
 	res, err := lim.AllowN(ctx, identity, n)
 	if err != nil {
@@ -195,9 +195,6 @@ func allowN(t *testing.T, lim *slidelimit.Limiter, ctx context.Context, identity
 	}
 	return res
 }
-
-// unit is one admitted unit of the model check's history.
-type unit struct{ at time.Duration }
 
 // TestSteppedModelCheck drives a stepped limit with random arrivals and
 // costs on a fake clock and checks each decision against in-memory models
@@ -236,7 +233,7 @@ func TestSteppedModelCheck(t *testing.T) {
 				now := clock.Now().Sub(start)
 				abs := clock.Now().UnixMicro()
 				cost := 1 + rng.IntN(maxCost)
-				res := allowN(t, lim, t.Context(), "model", cost)
+				res := allowN(t.Context(), t, lim, "model", cost)
 
 				// The bucket model: units of step b count until
 				// (b+1)·step + window.

@@ -130,7 +130,7 @@ func startSuiteServer(t *testing.T, limit grpc.UnaryServerInterceptor) string {
 		}
 		return h(ctx, req)
 	}
-	answer := func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // the shape of grpc.MethodHandler
+	answer := func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 		in := new(wrapperspb.StringValue)
 		if err := dec(in); err != nil {
 			return nil, err

@@ -1,5 +1,0 @@
-//go:build !race
-
-package slidelimit
-
-const raceEnabled = false
