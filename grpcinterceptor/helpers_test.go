@@ -54,22 +54,11 @@ func startServer(t *testing.T, unary []grpc.UnaryServerInterceptor, stream []grp
 // newLimiter returns a limiter of limit on rdb, under the test's own prefix.
 func newLimiter(t *testing.T, rdb redis.Scripter, limit slidelimit.Limit, opts ...slidelimit.Option) *slidelimit.Limiter {
 	t.Helper()
-	lim, err := slidelimit.New(rdb, limit, append([]slidelimit.Option{slidelimit.WithPrefix(prefix(t))}, opts...)...)
+	lim, err := slidelimit.New(rdb, limit, append([]slidelimit.Option{slidelimit.WithPrefix(redistest.Prefix(t))}, opts...)...)
 	if err != nil {
 		t.Fatalf("slidelimit.New(%v): %v", limit, err)
 	}
 	return lim
-}
-
-// prefix returns redistest.Prefix(t), cut to the 64 bytes a key prefix may
-// have: a long test name makes it longer, and its random tail keeps it
-// unique.
-func prefix(t *testing.T) string {
-	p := redistest.Prefix(t)
-	if len(p) > 64 {
-		p = "test:" + p[len(p)-59:]
-	}
-	return p
 }
 
 // reply is the outcome of one unary call.

@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/httplimit"
+	"github.com/slidelimit/slidelimit/core/redistest"
 	echolimit "github.com/slidelimit/slidelimit/echo"
 	fiberlimit "github.com/slidelimit/slidelimit/fiber"
 	ginlimit "github.com/slidelimit/slidelimit/gin"
@@ -44,7 +45,7 @@ func TestAdaptersShareOneLimit(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			rdb := be.client(t)
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			// One limiter per server, built alike, as separate processes
 			// would build theirs. A generous timeout, and an observer that
 			// counts failures: a fail-open admit is not what is tested.

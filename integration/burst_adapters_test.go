@@ -11,6 +11,7 @@ import (
 	"time"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
 // requester makes one request as identity to a server and reports whether
@@ -109,7 +110,7 @@ func TestBurstThroughAdapters(t *testing.T) {
 							}
 						})
 						// The defaults, as a user gets them: 100 ms timeout, fail-open.
-						lim := newLimiter(t, rdb, testPrefix(t), limit, observe)
+						lim := newLimiter(t, rdb, redistest.Prefix(t), limit, observe)
 						do := ad.serve(t, lim)
 
 						admitted := make([]atomic.Int64, sh.identities)

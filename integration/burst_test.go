@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
 // TestSameMillisecondBurst proves that requests admitted in the same
@@ -36,7 +37,7 @@ func TestSameMillisecondBurst(t *testing.T) {
 			rdb := be.client(t)
 			for _, clk := range clocks {
 				t.Run(clk.name, func(t *testing.T) {
-					prefix := testPrefix(t)
+					prefix := redistest.Prefix(t)
 					const identity = "burst"
 					opts := append([]slidelimit.Option{slidelimit.WithTimeout(10 * time.Second)}, clk.opts...)
 					lim := newLimiter(t, rdb, prefix, limit, opts...)

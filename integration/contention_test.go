@@ -3,6 +3,8 @@ package integration
 import (
 	"testing"
 	"time"
+
+	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
 // Shape of the fleet in TestExactnessAcrossProcesses.
@@ -48,7 +50,7 @@ func TestExactnessAcrossProcesses(t *testing.T) {
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
 					t.Parallel()
-					prefix := testPrefix(t)
+					prefix := redistest.Prefix(t)
 					cfg := helperConfig{
 						Target:     tg,
 						Prefix:     prefix,

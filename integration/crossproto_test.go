@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/httplimit"
+	"github.com/slidelimit/slidelimit/core/redistest"
 	echolimit "github.com/slidelimit/slidelimit/echo"
 	fiberlimit "github.com/slidelimit/slidelimit/fiber"
 	ginlimit "github.com/slidelimit/slidelimit/gin"
@@ -48,7 +49,7 @@ type fleetSend func(ctx context.Context, kv ...string) (bool, error)
 func startFleet(t *testing.T, limit slidelimit.Limit, keys fleetKeys) (map[string]fleetSend, func() []string) {
 	t.Helper()
 	rdb := backends()[0].client(t)
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	lim := func() *slidelimit.Limiter {
 		return newLimiter(t, rdb, prefix, limit, slidelimit.WithTimeout(10*time.Second),
 			slidelimit.WithFailurePolicy(slidelimit.FailClosed))

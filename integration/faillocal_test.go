@@ -33,7 +33,7 @@ func TestFailLocalSharesQuota(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("quota %d over %d replicas", tt.quota, tt.replicas), func(t *testing.T) {
 			limit := slidelimit.PerMinute(tt.quota)
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			const identity = "shared"
 			calls := 4 * tt.quota
 			admitted := make([]atomic.Int64, tt.replicas)

@@ -40,7 +40,7 @@ func TestClusterFailover(t *testing.T) {
 
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(nodes)})
 	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	// The deny cache is off, so that every decision asks Redis while its
 	// primary fails and the failover is seen through the limiter's traffic.
 	lim := newLimiter(t, rdb, prefix, faultLimit, slidelimit.WithDenyCache(0))

@@ -39,7 +39,7 @@ func TestRedisDown(t *testing.T) {
 			srv := redistest.StartServer(t)
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			t.Cleanup(func() { _ = rdb.Close() })
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			const identity = "down"
 			lim := newLimiter(t, rdb, prefix, limit,
 				slidelimit.WithTimeout(500*time.Millisecond), slidelimit.WithFailurePolicy(p.policy))
@@ -127,7 +127,7 @@ func hung(t *testing.T, p policyCase, ctxTimeout bool, limit slidelimit.Limit) {
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = admin.Close() })
 	const identity = "hung"
-	lim := newLimiter(t, rdb, testPrefix(t), limit,
+	lim := newLimiter(t, rdb, redistest.Prefix(t), limit,
 		slidelimit.WithTimeout(100*time.Millisecond), slidelimit.WithFailurePolicy(p.policy))
 	if _, err := lim.Allow(t.Context(), identity); err != nil {
 		t.Fatalf("Allow(%q) with Redis up = %v", identity, err)

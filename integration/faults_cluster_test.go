@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
 // nodeCloseBound is how long go-redis may take to close the client of a
@@ -37,7 +38,7 @@ func TestClusterNodeLeaves(t *testing.T) {
 	nodes := startCluster(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(nodes)})
 	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	lim := newLimiter(t, rdb, prefix, faultLimit, slidelimit.WithDenyCache(0))
 	awaitRedisDecision(t, lim, "warm-up")
 

@@ -209,7 +209,7 @@ func TestRedisFaults(t *testing.T) {
 
 func runRedisFault(t *testing.T, f redisFault) {
 	rdb, inject := f.setup(t)
-	base := testPrefix(t)
+	base := redistest.Prefix(t)
 	base = base[max(0, len(base)-60):] // room for the policy's number, keeping the random tail
 	lims := make([]*slidelimit.Limiter, len(allPolicies))
 	prefixes := make([]string, len(allPolicies))
@@ -330,7 +330,7 @@ func TestWrongPasswordConnections(t *testing.T) {
 			return d.DialContext(ctx, network, addr)
 		}
 	})
-	lim := newLimiter(t, rdb, testPrefix(t), faultLimit, slidelimit.WithDenyCache(0))
+	lim := newLimiter(t, rdb, redistest.Prefix(t), faultLimit, slidelimit.WithDenyCache(0))
 	awaitRedisDecision(t, lim, "warm-up")
 
 	changePassword(t, admin)

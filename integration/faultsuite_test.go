@@ -169,7 +169,7 @@ func runFault(t *testing.T, policy slidelimit.FailurePolicy, f fault) {
 	// The limiter's client is built as an application builds one.
 	rdb := redis.NewClient(&redis.Options{Addr: env.proxy.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	// The deny cache is off: with it, the identities' denials are answered
 	// in process and a fault would never reach a decision.
 	lim := newLimiter(t, rdb, prefix, faultLimit, slidelimit.WithFailurePolicy(policy), slidelimit.WithDenyCache(0))

@@ -77,16 +77,6 @@ func forEachMaster(ctx context.Context, rdb redis.UniversalClient, fn func(conte
 	return fmt.Errorf("forEachMaster: unsupported client %T", rdb)
 }
 
-// testPrefix returns redistest.Prefix(t), shortened to the 64 bytes a
-// prefix may have: the random tail that makes it unique is kept.
-func testPrefix(t testing.TB) string {
-	p := redistest.Prefix(t)
-	if len(p) > 64 {
-		p = "test:" + p[len(p)-59:]
-	}
-	return p
-}
-
 // newLimiter returns a limiter on rdb under the test's own key prefix.
 func newLimiter(t testing.TB, rdb redis.Scripter, prefix string, limit slidelimit.Limit, opts ...slidelimit.Option) *slidelimit.Limiter {
 	t.Helper()

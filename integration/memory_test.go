@@ -33,7 +33,7 @@ func TestMemoryPerRequest(t *testing.T) {
 	if enc, err := rdb.ConfigGet(t.Context(), "zset-max-listpack-entries").Result(); err == nil {
 		t.Logf("zset-max-listpack-entries = %s", enc["zset-max-listpack-entries"])
 	}
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	limit := slidelimit.PerHour(slidelimit.MaxExactQuota) // counted exactly, one member per unit
 	lim := newLimiter(t, rdb, prefix, limit, slidelimit.WithTimeout(10*time.Second))
 
@@ -183,7 +183,7 @@ const maxSteppedDayBytes = 150_000
 // figures beside the exact log's.)
 func TestSteppedMemoryAtFullQuota(t *testing.T) {
 	rdb := redistest.Client(t)
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	const quota, steps = 100_000, 1440
 	limit := slidelimit.PerDay(quota).Stepped(time.Minute)
 	now := time.Now().Truncate(time.Minute)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
 // TestNoScriptRecovery flushes Redis's script cache (SCRIPT FLUSH, on every
@@ -32,7 +33,7 @@ func TestNoScriptRecovery(t *testing.T) {
 			t.Parallel()
 			noscript := &noscriptCounter{}
 			rdb := dropClient(t, targetOf(t, be.client(t)), noscript.dial, 0)
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			const identity = "flushed"
 
 			var decisions, flushes atomic.Int64

@@ -159,7 +159,7 @@ func TestOutboundFleetSharesAPartnerQuota(t *testing.T) {
 	const run = 30 * time.Second
 	cfg := outboundConfig{
 		Target:  target{Addrs: []string{rdb.Options().Addr}},
-		Prefix:  testPrefix(t),
+		Prefix:  redistest.Prefix(t),
 		URL:     p.URL,
 		Limit:   limitSpec{Quota: partnerQuota, Window: partnerWindow + outboundMargin},
 		Workers: outboundWorkers,
@@ -235,7 +235,7 @@ func testPartnerThrottle(t *testing.T, rdb redis.UniversalClient) {
 	limit := limitSpec{Quota: 1000, Window: partnerWindow}
 	cfg := outboundConfig{
 		Target:  targetOf(t, rdb),
-		Prefix:  testPrefix(t),
+		Prefix:  redistest.Prefix(t),
 		URL:     p.URL,
 		Limit:   limit,
 		Workers: 8,
@@ -340,7 +340,7 @@ func TestOutboundFleetWhenRedisFails(t *testing.T) {
 			)
 			cfg := outboundConfig{
 				Target:   target{Addrs: []string{rdb.Options().Addr}},
-				Prefix:   testPrefix(t),
+				Prefix:   redistest.Prefix(t),
 				URL:      p.URL,
 				Limit:    limitSpec{Quota: quota, Window: window + outboundMargin},
 				Workers:  8,

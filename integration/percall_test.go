@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
 // TestPerCallLimitsAcrossProcesses hammers one identity from four OS
@@ -69,7 +70,7 @@ func TestPerCallLimitsAcrossProcesses(t *testing.T) {
 			tg := targetOf(t, rdb)
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
-					prefix := testPrefix(t)
+					prefix := redistest.Prefix(t)
 					cfg := helperConfig{
 						Target: tg, Prefix: prefix, Identity: "tenant:{shared}", Costs: tt.costs,
 						Goroutines: fleetGoroutine, Calls: fleetCalls, PerCall: true,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
 // TestRetriedCallCountsOnce loses the reply of each call's first EVALSHA
@@ -40,7 +41,7 @@ func retriedCallCountsOnce(t *testing.T, maxRetries int) {
 			t.Parallel()
 			drop := &replyDropper{}
 			rdb := dropClient(t, targetOf(t, be.client(t)), drop.dial, maxRetries)
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			const identity = "retried"
 			lim := newLimiter(t, rdb, prefix, limit, slidelimit.WithTimeout(10*time.Second))
 			// Load the script, so that the replies lost below are the

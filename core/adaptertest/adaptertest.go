@@ -186,17 +186,13 @@ func HTTPServer(h http.Handler) Server {
 }
 
 // NewLimiter returns a limiter of limit on rdb, for a test of an adapter:
-// under a key prefix of t's own (redistest.Prefix, cut to the 64 bytes a
+// under a key prefix of t's own (redistest.Prefix, within the 64 bytes a
 // prefix may have), with a timeout long enough for a loaded machine, so
 // that no decision falls back to the failure policy, and opts after
 // those.
 func NewLimiter(t testing.TB, rdb redis.Scripter, limit slidelimit.Limit, opts ...slidelimit.Option) *slidelimit.Limiter {
 	t.Helper()
-	p := redistest.Prefix(t)
-	if len(p) > 64 {
-		p = p[:40] + p[len(p)-24:]
-	}
-	opts = append([]slidelimit.Option{slidelimit.WithPrefix(p), slidelimit.WithTimeout(10 * time.Second)}, opts...)
+	opts = append([]slidelimit.Option{slidelimit.WithPrefix(redistest.Prefix(t)), slidelimit.WithTimeout(10 * time.Second)}, opts...)
 	lim, err := slidelimit.New(rdb, limit, opts...)
 	if err != nil {
 		t.Fatalf("slidelimit.New(%v): %v", limit, err)

@@ -63,15 +63,6 @@ func outboundLimiter(t *testing.T, rdb redis.Scripter, prefix string, limit slid
 	return lim
 }
 
-// outboundPrefix is redistest.Prefix cut to a key prefix's 64 bytes.
-func outboundPrefix(t *testing.T) string {
-	p := redistest.Prefix(t)
-	if len(p) > 64 {
-		p = "t:" + p[len(p)-62:]
-	}
-	return p
-}
-
 func sendGET(ctx context.Context, t *testing.T, c *http.Client, url string) (*http.Response, error) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -90,7 +81,7 @@ func TestTransportWaitsForTheLimitAndSetsNothing(t *testing.T) {
 	rdb := redistest.Client(t)
 	p := newPartner(t)
 	limit := slidelimit.Per(3, 400*time.Millisecond)
-	prefix := outboundPrefix(t)
+	prefix := redistest.Prefix(t)
 	lim := outboundLimiter(t, rdb, prefix, limit)
 	client := &http.Client{Transport: httplimit.NewTransport(lim)}
 	plain := &http.Client{Transport: http.DefaultTransport}
@@ -129,7 +120,7 @@ func TestTransportWaitsForTheLimitAndSetsNothing(t *testing.T) {
 func TestTransportBlocksEveryProcessOnRetryAfter(t *testing.T) {
 	rdb := redistest.Client(t)
 	p := newPartner(t)
-	prefix := outboundPrefix(t)
+	prefix := redistest.Prefix(t)
 	// Two limiters on one prefix stand for two processes.
 	first := outboundLimiter(t, rdb, prefix, slidelimit.PerMinute(100))
 	second := outboundLimiter(t, rdb, prefix, slidelimit.PerMinute(100))
@@ -171,7 +162,7 @@ func TestTransportBlocksEveryProcessOnRetryAfter(t *testing.T) {
 func TestTransportRefusesADeadlineInsideABlock(t *testing.T) {
 	rdb := redistest.Client(t)
 	p := newPartner(t)
-	lim := outboundLimiter(t, rdb, outboundPrefix(t), slidelimit.PerMinute(100))
+	lim := outboundLimiter(t, rdb, redistest.Prefix(t), slidelimit.PerMinute(100))
 	key := "host:" + strings.TrimPrefix(p.URL, "http://")
 	if err := lim.Block(t.Context(), key, 5*time.Second); err != nil {
 		t.Fatalf("Block: %v", err)
@@ -192,7 +183,7 @@ func TestTransportRefusesADeadlineInsideABlock(t *testing.T) {
 func TestTransportKeyErrorSendsNothing(t *testing.T) {
 	rdb := redistest.Client(t)
 	p := newPartner(t)
-	lim := outboundLimiter(t, rdb, outboundPrefix(t), slidelimit.PerMinute(100))
+	lim := outboundLimiter(t, rdb, redistest.Prefix(t), slidelimit.PerMinute(100))
 	boom := errors.New("boom")
 	tr := httplimit.NewTransport(lim, httplimit.WithRequestKey(func(*http.Request) (string, error) { return "", boom }))
 	if _, err := sendGET(t.Context(), t, &http.Client{Transport: tr}, p.URL); !errors.Is(err, boom) {
