@@ -81,6 +81,9 @@
 -- is the newest member, so its reset time is the window and needs no ZRANGE
 -- under Redis TIME; with a caller's clock (ARGV[3]) another server's clock may
 -- run ahead, so the newest member is read.
+-- The commonest request, one unit under one exact limit, takes a short
+-- path (one, below) that sends the same commands with less Lua around them:
+-- about 17% less of Redis's time a call (BENCHMARKS.md, run K).
 
 local call = redis.call
 
@@ -88,9 +91,104 @@ local call = redis.call
 -- µs, and the score as a decimal string.
 local time_now, time_score
 
+-- clock_of returns now in µs and the score of an admission: Redis TIME
+-- if clock is "", else the caller's clock.
+local function clock_of(clock)
+  if clock ~= '' then
+    return tonumber(clock), clock
+  end
+  if not time_now then
+    local t = call('TIME')
+    local s, us = t[1], t[2]
+    time_now = s * 1000000 + us
+    -- Seconds, then the µs padded to six digits.
+    if #us < 6 then
+      us = string.rep('0', 6 - #us) .. us
+    end
+    time_score = s .. us
+  end
+  return time_now, time_score
+end
+
 -- ms returns d µs in whole ms, rounded up, as a decimal string.
 local function ms(d)
   return tostring(math.ceil(d / 1000))
+end
+
+-- one decides the commonest request, which most calls are: one unit
+-- under one exact limit of quota q and window w_s (digits), recorded as
+-- id in log. It is decide (below) cut to that case, with no table but its
+-- reply and no function made for it, for it is most of the script's cost;
+-- the replies of both are the same, and a test holds them to it.
+local function one(log, id, clock, q, w_s)
+  local now, score = clock_of(clock)
+  local w = tonumber(w_s)
+  local record = log .. ':#keep'
+  local keep, keep_s, rec_window, rec_until = w, w_s, nil, nil
+  local r = call('GET', record)
+  if r then
+    local rw, ru = string.match(r, '^(%d+):(%d+)$')
+    rec_window, rec_until = tonumber(rw), tonumber(ru)
+    if rec_window > keep and rec_until * 1000000 > now then
+      keep, keep_s = rec_window, rw
+    end
+  end
+  call('ZREMRANGEBYSCORE', log, '-inf', now - keep)
+  local c
+  if w >= keep then
+    c = call('ZCARD', log)
+  else
+    c = call('ZCOUNT', log, now - w + 1, '+inf')
+  end
+  if c < q then
+    if call('ZADD', log, 'NX', score, id) == 0 then
+      -- A retried call, whose unit may have left this window already.
+      local reset = 0
+      if c > 0 then
+        reset = call('ZRANGE', log, -1, -1, 'WITHSCORES')[2] + w - now
+      end
+      return {1, 1, q - c, 0, reset}
+    end
+    if keep % 1000 == 0 then
+      call('PEXPIRE', log, string.sub(keep_s, 1, -4))
+    else
+      call('PEXPIRE', log, ms(keep))
+    end
+    if w >= keep and (rec_window ~= w or rec_until * 1000000 - now < w) then
+      call('SET', record, w_s .. ':' .. math.ceil((now + 2 * w) / 1000000), 'PX', ms(2 * w))
+    end
+    local reset = w
+    if clock ~= '' then
+      reset = call('ZRANGE', log, -1, -1, 'WITHSCORES')[2] + w - now
+    end
+    return {1, 0, q - c - 1, 0, reset}
+  end
+  -- A denial, unless id is a retried call's.
+  local allowed, duplicate, retry = 0, 0, 0
+  if call('ZSCORE', log, id) then
+    allowed, duplicate = 1, 1
+  else
+    local k = c + 1 - q
+    retry = call('ZRANGE', log, k - 1 - c, k - 1 - c, 'WITHSCORES')[2] + w - now
+  end
+  local remaining = q - c
+  if remaining < 0 then
+    remaining = 0
+  end
+  return {allowed, duplicate, remaining, retry, call('ZRANGE', log, -1, -1, 'WITHSCORES')[2] + w - now}
+end
+
+-- is_one reports whether the request whose cost, id, quota and window are
+-- ARGV[a..a+1] and ARGV[a+3..a+4] is one's case. It raises no error: a
+-- malformed request goes to decide, whose errors a batch isolates.
+local function is_one(a)
+  local q = tonumber(ARGV[a + 3])
+  return ARGV[a] == '1' and ARGV[a + 1] ~= '' and q ~= nil and q > 0
+    and not string.find(ARGV[a + 4], ':', 1, true)
+end
+
+if #ARGV == 5 and is_one(1) then
+  return one(KEYS[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5])
 end
 
 -- A stepped log is a string: a header of five little-endian doubles (o, the
@@ -195,22 +293,7 @@ end
 -- of limit i are ARGV[a0+2i] and ARGV[a0+2i+1] for i = 1..n, the limits
 -- ending at the first quota of 0.
 local function decide(k0, n, cost, id, clock, a0)
-  local now, score
-  if clock == '' then
-    if not time_now then
-      local t = call('TIME')
-      local s, us = t[1], t[2]
-      time_now = s * 1000000 + us
-      -- Seconds, then the µs padded to six digits.
-      if #us < 6 then
-        us = string.rep('0', 6 - #us) .. us
-      end
-      time_score = s .. us
-    end
-    now, score = time_now, time_score
-  else
-    now, score = tonumber(clock), clock
-  end
+  local now, score = clock_of(clock)
   local log = KEYS[k0 + 1]
   local record = log .. ':#keep'
 
@@ -472,7 +555,12 @@ end
 local replies, k0, a = {}, 0, 2
 while a <= #ARGV do
   local n = tonumber(ARGV[a])
-  local ok, out = pcall(decide, k0, n, tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], a + 2)
+  local ok, out
+  if n == 1 and is_one(a + 1) then
+    ok, out = pcall(one, KEYS[k0 + 1], ARGV[a + 2], ARGV[a + 3], tonumber(ARGV[a + 4]), ARGV[a + 5])
+  else
+    ok, out = pcall(decide, k0, n, tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], a + 2)
+  end
   if not ok then
     -- Redis's error reply (a table or a string, by Redis version), or
     -- Lua's own error, which gets Redis's generic prefix.
