@@ -115,25 +115,56 @@ local function ms(d)
   return tostring(math.ceil(d / 1000))
 end
 
+-- retained reads the retention record of log and evicts what is older
+-- than the history to keep: longest (µs; longest_s, its digits), this
+-- call's longest exact window, or a longer one another caller enforced
+-- lately. It returns that history and its digits, and the record's window
+-- and end (nil without a record).
+local function retained(log, now, longest, longest_s)
+  local keep, keep_s, rec_window, rec_until = longest, longest_s, nil, nil
+  local r = call('GET', log .. ':#keep')
+  if r then
+    local w, u = string.match(r, '^(%d+):(%d+)$')
+    rec_window, rec_until = tonumber(w), tonumber(u)
+    if rec_window > keep and rec_until * 1000000 > now then
+      keep, keep_s = rec_window, w
+    end
+  end
+  -- Scores are exact integers in µs. The cutoffs go to Redis as Lua
+  -- numbers, which Redis formats exactly (tostring and string.format's
+  -- %d would not: the first rounds, the second overflows where a C long
+  -- has 32 bits).
+  call('ZREMRANGEBYSCORE', log, '-inf', now - keep)
+  return keep, keep_s, rec_window, rec_until
+end
+
+-- retain makes log, which just admitted a request, live as long as the
+-- history it keeps (keep µs, keep_s its digits), and renews the record once
+-- a window while this call's longest window (longest, longest_s) is the
+-- one to keep: so says the record for two windows.
+local function retain(log, now, keep, keep_s, longest, longest_s, rec_window, rec_until)
+  -- keep in ms, rounded up: the digits of keep when it is whole ms.
+  if keep % 1000 == 0 then
+    call('PEXPIRE', log, string.sub(keep_s, 1, -4))
+  else
+    call('PEXPIRE', log, ms(keep))
+  end
+  if longest >= keep and (rec_window ~= longest or rec_until * 1000000 - now < longest) then
+    local until_s = math.ceil((now + 2 * longest) / 1000000)
+    call('SET', log .. ':#keep', longest_s .. ':' .. until_s, 'PX', ms(2 * longest))
+  end
+end
+
 -- one decides the commonest request, which most calls are: one unit
 -- under one exact limit of quota q and window w_s (digits), recorded as
--- id in log. It is decide (below) cut to that case, with no table but its
--- reply and no function made for it, for it is most of the script's cost;
--- the replies of both are the same, and a test holds them to it.
+-- id in log. It is decide (below) cut to that case: no table but its
+-- reply, no limit to parse, and, called alone, none of the stepped log's
+-- functions made, for that Lua was most of the script's cost. The replies
+-- and writes of both are the same, and a test holds them to it.
 local function one(log, id, clock, q, w_s)
   local now, score = clock_of(clock)
   local w = tonumber(w_s)
-  local record = log .. ':#keep'
-  local keep, keep_s, rec_window, rec_until = w, w_s, nil, nil
-  local r = call('GET', record)
-  if r then
-    local rw, ru = string.match(r, '^(%d+):(%d+)$')
-    rec_window, rec_until = tonumber(rw), tonumber(ru)
-    if rec_window > keep and rec_until * 1000000 > now then
-      keep, keep_s = rec_window, rw
-    end
-  end
-  call('ZREMRANGEBYSCORE', log, '-inf', now - keep)
+  local keep, keep_s, rec_window, rec_until = retained(log, now, w, w_s)
   local c
   if w >= keep then
     c = call('ZCARD', log)
@@ -149,14 +180,7 @@ local function one(log, id, clock, q, w_s)
       end
       return {1, 1, q - c, 0, reset}
     end
-    if keep % 1000 == 0 then
-      call('PEXPIRE', log, string.sub(keep_s, 1, -4))
-    else
-      call('PEXPIRE', log, ms(keep))
-    end
-    if w >= keep and (rec_window ~= w or rec_until * 1000000 - now < w) then
-      call('SET', record, w_s .. ':' .. math.ceil((now + 2 * w) / 1000000), 'PX', ms(2 * w))
-    end
+    retain(log, now, keep, keep_s, w, w_s, rec_window, rec_until)
     local reset = w
     if clock ~= '' then
       reset = call('ZRANGE', log, -1, -1, 'WITHSCORES')[2] + w - now
@@ -295,7 +319,6 @@ end
 local function decide(k0, n, cost, id, clock, a0)
   local now, score = clock_of(clock)
   local log = KEYS[k0 + 1]
-  local record = log .. ':#keep'
 
   -- The limits: quota[i], window[i] and group[i] (nil for the exact log,
   -- else the stepped log of its step), and the longest exact window.
@@ -341,21 +364,7 @@ local function decide(k0, n, cost, id, clock, a0)
   -- another caller enforced lately (the record).
   local keep, keep_s, rec_window, rec_until = longest, longest_s, nil, nil
   if longest > 0 then
-    do
-      local r = call('GET', record)
-      if r then
-        local w, u = string.match(r, '^(%d+):(%d+)$')
-        rec_window, rec_until = tonumber(w), tonumber(u)
-        if rec_window > keep and rec_until * 1000000 > now then
-          keep, keep_s = rec_window, w
-        end
-      end
-    end
-    -- Scores are exact integers in µs. The cutoffs go to Redis as Lua
-    -- numbers, which Redis formats exactly (tostring and string.format's
-    -- %d would not: the first rounds, the second overflows where a C long
-    -- has 32 bits).
-    call('ZREMRANGEBYSCORE', log, '-inf', now - keep)
+    keep, keep_s, rec_window, rec_until = retained(log, now, longest, longest_s)
   end
   for _, g in ipairs(groups) do
     stepped_state(g, now)
@@ -434,21 +443,7 @@ local function decide(k0, n, cost, id, clock, a0)
       duplicate = 1 -- a retried call: its id was there
     else
       if longest > 0 then
-        -- The key lives as long as the history it must keep: keep in
-        -- ms, rounded up (the digits of keep when it is whole ms).
-        local pms
-        if keep % 1000 == 0 then
-          pms = string.sub(keep_s, 1, -4)
-        else
-          pms = ms(keep)
-        end
-        call('PEXPIRE', log, pms)
-        -- This call's longest window is the one to keep: say so for two
-        -- windows, renewed once a window.
-        if longest >= keep and (rec_window ~= longest or rec_until * 1000000 - now < longest) then
-          local until_s = math.ceil((now + 2 * longest) / 1000000)
-          call('SET', record, longest_s .. ':' .. until_s, 'PX', ms(2 * longest))
-        end
+        retain(log, now, keep, keep_s, longest, longest_s, rec_window, rec_until)
       end
       for _, g in ipairs(groups) do
         local b = g.b
