@@ -344,7 +344,7 @@ local function decide(k0, n, cost, id, clock, a0)
       end
       if not g then
         local j = #groups + 1
-        g = {step = st, key = key, ids = key .. ':ids', longest = 0}
+        g = {step = st, key = key, ids = key .. ':ids', longest = 0, keep = 0, o = 0, n = 0, t = 0, k = 0, u = 0, b = 0, new = false}
         groups[j] = g
       end
       if w > g.longest then
