@@ -32,7 +32,8 @@
 //   - client IP: every proxy scenario of redistest.ClientIPScenarios and
 //     hostile forwarding headers;
 //   - hostile keys: identities of any content, each with its own quota, and
-//     a request without its key refused.
+//     a request without its key refused, any error the hook gets for it
+//     wrapping slidelimit.ErrInvalidKey.
 //
 // Status codes are HTTP's; a gRPC adapter's glue maps its codes to them
 // (ResourceExhausted 429, Unavailable 503, Internal 500,

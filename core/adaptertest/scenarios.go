@@ -575,7 +575,8 @@ func hostileForwarding() []redistest.ClientIPScenario {
 }
 
 // hostileKeys keys requests by an API key of any content: each has its
-// own quota, none is an error, and a request without one is refused.
+// own quota, none is an error, and a request without one is refused, any
+// error it reports wrapping slidelimit.ErrInvalidKey.
 func hostileKeys(t *testing.T, a Adapter) {
 	var errs ErrorLog
 	srv := a(t, Settings{Limiter: NewLimiter(t, redistest.Client(t), slidelimit.Per(2, time.Minute)), KeyHeader: "X-Api-Key", Hook: errs.Hook})
@@ -592,6 +593,17 @@ func hostileKeys(t *testing.T, a Adapter) {
 	for range 3 {
 		if r := get(t, srv, "/a"); r.Status < 400 || r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable {
 			t.Errorf("request without a key = %d, want it refused as undecidable", r.Status)
+		}
+	}
+	// An adapter may leave a caller's missing identity unreported (gRPC
+	// does: it is the caller's to fix); what it reports must say what it is.
+	e := errs.Take()
+	if len(e) > 3 {
+		t.Errorf("hook got %d errors for 3 requests without a key, want at most 3: %v", len(e), e)
+	}
+	for _, err := range e {
+		if !errors.Is(err, slidelimit.ErrInvalidKey) {
+			t.Errorf("hook got %v for a request without a key, want an error wrapping ErrInvalidKey", err)
 		}
 	}
 }
