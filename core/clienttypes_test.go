@@ -30,16 +30,8 @@ type clientType struct {
 func clientTypes() []clientType {
 	return []clientType{
 		{"Client", func(t *testing.T) hookable { return redistest.Client(t) }},
-		{"Client with ContextTimeoutEnabled", func(t *testing.T) hookable {
-			rdb := redis.NewClient(&redis.Options{Addr: redistest.Client(t).Options().Addr, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = rdb.Close() })
-			return rdb
-		}},
-		{"ClusterClient with ContextTimeoutEnabled", func(t *testing.T) hookable {
-			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.ClusterClient(t).Options().Addrs, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = rdb.Close() })
-			return rdb
-		}},
+		{"Client with ContextTimeoutEnabled", func(t *testing.T) hookable { return timeoutClient(t) }},
+		{"ClusterClient with ContextTimeoutEnabled", func(t *testing.T) hookable { return timeoutClusterClient(t) }},
 		{"Client with OnConnect", func(t *testing.T) hookable {
 			rdb := redis.NewClient(&redis.Options{Addr: redistest.Client(t).Options().Addr,
 				OnConnect: func(ctx context.Context, cn *redis.Conn) error { return cn.Ping(ctx).Err() }})

@@ -53,20 +53,28 @@ func oneAtATime(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
 	t.Run("cluster", func(t *testing.T) { f(t, redistest.ClusterClient(t)) })
 	// A client that gives up at a context's deadline has its round trips
 	// made on the goroutine that sends them, without trip.wait's watch.
-	t.Run("standalone/ContextTimeoutEnabled", func(t *testing.T) {
-		opts := *redistest.Client(t).Options()
-		opts.ContextTimeoutEnabled = true
-		rdb := redis.NewClient(&opts)
-		t.Cleanup(func() { _ = rdb.Close() })
-		f(t, rdb)
-	})
-	t.Run("cluster/ContextTimeoutEnabled", func(t *testing.T) {
-		opts := *redistest.ClusterClient(t).Options()
-		opts.ContextTimeoutEnabled = true
-		rdb := redis.NewClusterClient(&opts)
-		t.Cleanup(func() { _ = rdb.Close() })
-		f(t, rdb)
-	})
+	t.Run("standalone/ContextTimeoutEnabled", func(t *testing.T) { f(t, timeoutClient(t)) })
+	t.Run("cluster/ContextTimeoutEnabled", func(t *testing.T) { f(t, timeoutClusterClient(t)) })
+}
+
+// timeoutClient returns a client of the test Redis, like redistest.Client's
+// but with ContextTimeoutEnabled.
+func timeoutClient(t *testing.T) *redis.Client {
+	opts := *redistest.Client(t).Options()
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(&opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// timeoutClusterClient returns a client of the test Redis Cluster, like
+// redistest.ClusterClient's but with ContextTimeoutEnabled.
+func timeoutClusterClient(t *testing.T) *redis.ClusterClient {
+	opts := *redistest.ClusterClient(t).Options()
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewClusterClient(&opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
 }
 
 // clients runs f against a standalone Redis and against Redis Cluster.
