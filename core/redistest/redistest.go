@@ -97,6 +97,7 @@ type Server struct {
 	mu     sync.Mutex
 	proc   *os.Process   // nil while stopped
 	exited chan struct{} // closed when proc has exited
+	dir    string        // the running server's working directory, its own
 	out    *bytes.Buffer
 }
 
@@ -186,11 +187,13 @@ func (s *Server) Stop() {
 	}
 	_ = s.proc.Kill()
 	<-s.exited
-	s.proc = nil
+	_ = os.RemoveAll(s.dir)
+	s.proc, s.dir = nil, ""
 }
 
-// Restart starts a stopped server again on the same address, empty, and
-// waits until it answers.
+// Restart starts a stopped server again on the same address, empty (in a
+// new working directory, unless its arguments name one), and waits until
+// it answers.
 func (s *Server) Restart() {
 	s.t.Helper()
 	var err error
@@ -207,11 +210,25 @@ func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proc != nil {
-		return errors.New("already running")
+		select {
+		case <-s.exited: // it ended on its own, by a SHUTDOWN
+			_ = os.RemoveAll(s.dir)
+			s.proc, s.dir = nil, ""
+		default:
+			return errors.New("already running")
+		}
 	}
 	_, port, _ := net.SplitHostPort(s.Addr)
+	// A directory of its own for each start: a server that writes an RDB
+	// anyway (a SHUTDOWN sent by redis-cli --cluster del-node, a SAVE)
+	// must not hand its keys to the next server started, or to itself
+	// restarted, which start empty.
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return fmt.Errorf("a directory for redis-server: %w", err)
+	}
 	args := []string{"--port", port, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", os.TempDir()}
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir}
 	if len(s.args) > 0 && !strings.HasPrefix(s.args[0], "-") {
 		// A configuration file must come first.
 		args = slices.Concat(s.args[:1], args, s.args[1:])
@@ -222,6 +239,7 @@ func (s *Server) start() error {
 	s.out = new(bytes.Buffer)
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
 		return err
 	}
 	exited := make(chan struct{})
@@ -232,6 +250,7 @@ func (s *Server) start() error {
 	for {
 		select {
 		case <-exited:
+			_ = os.RemoveAll(dir)
 			return fmt.Errorf("redis-server exited: %s", strings.TrimSpace(s.out.String()))
 		default:
 		}
@@ -239,12 +258,13 @@ func (s *Server) start() error {
 		err := rdb.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			s.proc, s.exited = cmd.Process, exited
+			s.proc, s.exited, s.dir = cmd.Process, exited, dir
 			return nil
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-exited
+			_ = os.RemoveAll(dir)
 			return fmt.Errorf("no answer on %s: %w", s.Addr, err)
 		}
 		time.Sleep(10 * time.Millisecond)
