@@ -36,7 +36,7 @@ const failoverNodeTimeout = 2 * time.Second
 // It never touches the harness's shared cluster.
 func TestClusterFailover(t *testing.T) {
 	leakCheck(t)
-	nodes := startCluster(t)
+	nodes := startCluster(t, failoverNodeTimeout)
 
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(nodes)})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -122,9 +122,10 @@ func TestClusterFailover(t *testing.T) {
 }
 
 // startCluster starts six redis-servers of a cluster of its own and joins
-// them as 3 primaries with one replica each; it returns them by address
-// once every node reports the cluster ok and every replica is in sync.
-func startCluster(t *testing.T) map[string]*redistest.Server {
+// them as 3 primaries with one replica each, with the given
+// cluster-node-timeout; it returns them by address once every node reports
+// the cluster ok and every replica is in sync.
+func startCluster(t *testing.T, nodeTimeout time.Duration) map[string]*redistest.Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatalf("redis-cli is needed to create a cluster: %v", err)
@@ -136,7 +137,7 @@ func startCluster(t *testing.T) map[string]*redistest.Server {
 		s := redistest.StartServer(t,
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(i)+".conf"),
-			"--cluster-node-timeout", strconv.FormatInt(failoverNodeTimeout.Milliseconds(), 10),
+			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
 			"--cluster-port", strconv.Itoa(freePort(t)),
 			"--cluster-require-full-coverage", "no")
 		nodes[s.Addr] = s

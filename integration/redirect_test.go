@@ -17,7 +17,7 @@ import (
 // Redis, in the right place, and the count must stay exact. INFO errorstats
 // shows that the redirections were met.
 func TestClusterRedirects(t *testing.T) {
-	nodes := startCluster(t)
+	nodes := startCluster(t, failoverNodeTimeout)
 	ctx := t.Context()
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(nodes)})
 	t.Cleanup(func() { _ = rdb.Close() })
