@@ -12,11 +12,13 @@
 --               keys of which some do not exist yet gets TRYAGAIN until the
 --               migration ends, so a new identity could not be decided; each
 --               command the script sends names one key, which Redis routes.
---   KEYS[1]..":#keep"    the log's retention record, "window_us:until_s": some
+--   KEYS[1]..":#keep"    the log's retention record, "window_us:until_ms": some
 --               caller enforced a limit of that window, the longest, and the
---               log keeps that much history until the Unix second until_s.
+--               log keeps that much history until the Unix ms until_ms.
 --               Without it a caller with a short window would evict what
---               another caller's longer window still counts.
+--               another caller's longer window still counts. While it
+--               exists the log lives at least until until_ms, so that an
+--               admission between renewals needs no PEXPIRE.
 --   KEYS[1]..":#"..step  the stepped log of a step (in µs): a string of about
 --               5.8 KB holding one count per step-long bucket (bucket b covers
 --               the µs b*step up to (b+1)*step) in a ring, and a header with
@@ -69,8 +71,9 @@
 --
 -- Cost (measured in BENCHMARKS.md): for exact limits one GET of the record,
 -- one ZREMRANGEBYSCORE, and per limit one ZCARD (the longest window) or
--- ZCOUNT (a shorter one); an admission adds one ZADD NX per 100 units, one
--- PEXPIRE, and once a window one SET of the record. For each step one
+-- ZCOUNT (a shorter one); an admission adds one ZADD NX per 100 units, and
+-- once a window one SET of the record and one PEXPIRE of the log, which
+-- otherwise already lives long enough (see retain). For each step one
 -- GETRANGE of the header, and once a step a GETRANGE and SETRANGE of the
 -- buckets that left; a shorter window of the same step reads its buckets
 -- (one or two GETRANGE); an admission adds one ZADD NX, ZREMRANGEBYRANK and
@@ -116,18 +119,17 @@ local function ms(d)
 end
 
 -- retained reads the retention record of log and evicts what is older
--- than the history to keep: longest (µs; longest_s, its digits), this
--- call's longest exact window, or a longer one another caller enforced
--- lately. It returns that history and its digits, and the record's window
--- and end (nil without a record).
-local function retained(log, now, longest, longest_s)
-  local keep, keep_s, rec_window, rec_until = longest, longest_s, nil, nil
+-- than the history to keep: longest (µs), this call's longest exact
+-- window, or a longer one another caller enforced lately. It returns that
+-- history, and the record's window and end (nil without a record).
+local function retained(log, now, longest)
+  local keep, rec_window, rec_until = longest, nil, nil
   local r = call('GET', log .. ':#keep')
   if r then
     local w, u = string.match(r, '^(%d+):(%d+)$')
     rec_window, rec_until = tonumber(w), tonumber(u)
-    if rec_window > keep and rec_until * 1000000 > now then
-      keep, keep_s = rec_window, w
+    if rec_window > keep and rec_until * 1000 > now then
+      keep = rec_window
     end
   end
   -- Scores are exact integers in µs. The cutoffs go to Redis as Lua
@@ -135,23 +137,31 @@ local function retained(log, now, longest, longest_s)
   -- %d would not: the first rounds, the second overflows where a C long
   -- has 32 bits).
   call('ZREMRANGEBYSCORE', log, '-inf', now - keep)
-  return keep, keep_s, rec_window, rec_until
+  return keep, rec_window, rec_until
 end
 
 -- retain makes log, which just admitted a request, live as long as the
--- history it keeps (keep µs, keep_s its digits), and renews the record once
--- a window while this call's longest window (longest, longest_s) is the
--- one to keep: so says the record for two windows.
-local function retain(log, now, keep, keep_s, longest, longest_s, rec_window, rec_until)
-  -- keep in ms, rounded up: the digits of keep when it is whole ms.
-  if keep % 1000 == 0 then
-    call('PEXPIRE', log, string.sub(keep_s, 1, -4))
-  else
-    call('PEXPIRE', log, ms(keep))
-  end
-  if longest >= keep and (rec_window ~= longest or rec_until * 1000000 - now < longest) then
-    local until_s = math.ceil((now + 2 * longest) / 1000000)
-    call('SET', log .. ':#keep', longest_s .. ':' .. until_s, 'PX', ms(2 * longest))
+-- history it keeps (keep µs). When this call's longest window (longest,
+-- longest_s its digits) is the one to keep and the record is not its own or
+-- ends within a window, it renews the record: that window, kept for two
+-- windows, to the Unix ms until_ms; the log then lives until then too.
+-- Between renewals the log lives until the record's end, a window from now
+-- at least, so it needs no PEXPIRE, but for a log this call made (fresh), a
+-- longer window another caller keeps, or a caller's clock (clock), whose
+-- writers may disagree on the time: then it lives keep from now, or to the
+-- record's end if later.
+local function retain(log, now, keep, longest, longest_s, rec_window, rec_until, fresh, clock)
+  if longest >= keep and (rec_window ~= longest or rec_until * 1000 - now < longest) then
+    local until_ms = math.ceil((now + 2 * longest) / 1000)
+    local life = ms(until_ms * 1000 - now)
+    call('SET', log .. ':#keep', longest_s .. ':' .. until_ms, 'PX', life)
+    call('PEXPIRE', log, life)
+  elseif fresh or clock ~= '' or keep > longest then
+    local d = rec_until * 1000 - now
+    if d < keep then
+      d = keep
+    end
+    call('PEXPIRE', log, ms(d))
   end
 end
 
@@ -164,7 +174,7 @@ end
 local function one(log, id, clock, q, w_s)
   local now, score = clock_of(clock)
   local w = tonumber(w_s)
-  local keep, keep_s, rec_window, rec_until = retained(log, now, w, w_s)
+  local keep, rec_window, rec_until = retained(log, now, w)
   local c
   if w >= keep then
     c = call('ZCARD', log)
@@ -180,7 +190,7 @@ local function one(log, id, clock, q, w_s)
       end
       return {1, 1, q - c, 0, reset}
     end
-    retain(log, now, keep, keep_s, w, w_s, rec_window, rec_until)
+    retain(log, now, keep, w, w_s, rec_window, rec_until, w >= keep and c == 0, clock)
     local reset = w
     if clock ~= '' then
       reset = call('ZRANGE', log, -1, -1, 'WITHSCORES')[2] + w - now
@@ -362,9 +372,9 @@ local function decide(k0, n, cost, id, clock, a0)
 
   -- The exact log keeps this call's longest exact window, or a longer one
   -- another caller enforced lately (the record).
-  local keep, keep_s, rec_window, rec_until = longest, longest_s, nil, nil
+  local keep, rec_window, rec_until = longest, nil, nil
   if longest > 0 then
-    keep, keep_s, rec_window, rec_until = retained(log, now, longest, longest_s)
+    keep, rec_window, rec_until = retained(log, now, longest)
   end
   for _, g in ipairs(groups) do
     stepped_state(g, now)
@@ -443,7 +453,7 @@ local function decide(k0, n, cost, id, clock, a0)
       duplicate = 1 -- a retried call: its id was there
     else
       if longest > 0 then
-        retain(log, now, keep, keep_s, longest, longest_s, rec_window, rec_until)
+        retain(log, now, keep, longest, longest_s, rec_window, rec_until, total == 0, clock)
       end
       for _, g in ipairs(groups) do
         local b = g.b

@@ -23,8 +23,9 @@
 // the log: the units in its window. One Lua script evicts the members older
 // than the longest window any caller enforces on the identity, counts each
 // limit's window, and, if every limit has room, adds the request's members
-// once and sets the key's expiry: all atomically in Redis, so "100 per
-// minute" holds exactly across any number of application servers. Denied
+// once, keeping the key alive as long as its longest window counts it (one
+// to two windows past its last request): all atomically in Redis, so "100
+// per minute" holds exactly across any number of application servers. Denied
 // requests are never recorded, so a client that keeps knocking does not
 // extend its own block. Time comes from Redis TIME, so servers with skewed
 // clocks share one timeline.

@@ -24,7 +24,9 @@ const DefaultPrefix = "slidelimit:"
 // counts whatever its quota or window. Beside it, under the key + ":#keep",
 // a short string records the longest window enforced on the identity
 // lately, so that a caller with a shorter window does not evict history a
-// longer one counts.
+// longer one counts. The record spans two of that window and is renewed
+// once a window; the log lives at least until the record ends, so it
+// expires one to two windows after its last admission.
 //
 // A stepped limit counts the stepped log of its step, the log's key + ":#"
 // + the step in µs (":#60000000" for a minute): a string of about 5.8 KB, a header

@@ -3,6 +3,7 @@ package slidelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -248,8 +249,9 @@ func TestIdentitiesAreIsolated(t *testing.T) {
 }
 
 // TestDeniedRequestsAreNotRecorded floods one identity and checks that the
-// set never holds more than the quota, and that the key's expiry never
-// exceeds the window.
+// set never holds more than the quota, and that after each admission the
+// key lives at least the window, so that nothing it counts expires, and at
+// most two (the record's span; see allow.lua's retain).
 func TestDeniedRequestsAreNotRecorded(t *testing.T) {
 	rdb := redistest.Client(t)
 	limit := slidelimit.Per(5, 2*time.Second)
@@ -258,12 +260,14 @@ func TestDeniedRequestsAreNotRecorded(t *testing.T) {
 	ctx := t.Context()
 	admitted := 0
 	for i := range 200 {
+		before := time.Now()
 		res := allow(t, lim, "flood")
 		if res.Allowed {
 			admitted++
 			pttl := rdb.PTTL(ctx, key).Val()
-			if pttl <= 0 || pttl > limit.Window {
-				t.Fatalf("after admit #%d PTTL = %v, want in (0, %v]", admitted, pttl, limit.Window)
+			least := limit.Window - time.Since(before) - time.Millisecond // PTTL rounds down
+			if most := 2*limit.Window + 2*time.Millisecond; pttl < least || pttl > most {
+				t.Fatalf("after admit #%d PTTL = %v, want in [%v, %v]", admitted, pttl, least, most)
 			}
 		}
 		if n := rdb.ZCard(ctx, key).Val(); n > 5 {
@@ -288,6 +292,83 @@ func TestIdleKeysExpire(t *testing.T) {
 			t.Fatalf("keys %q, %q still exist 5s after an 80ms window", k1, k2)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestShortWindowKeepsLongerWindowsExpiry checks that a caller with a
+// short window, admitting on an identity whose log a longer window keeps,
+// never shortens the log's life below what the longer window counts: the
+// longer window's admissions between renewals send no PEXPIRE and rely on
+// it. The log must outlive the short caller's window by the long one's,
+// and its units admitted later must still count when the short caller's
+// admission is a long window old.
+func TestShortWindowKeepsLongerWindowsExpiry(t *testing.T) {
+	rdb := redistest.Client(t)
+	const window = 2 * time.Second
+	long, prefix := newLimiter(t, rdb, slidelimit.Per(4, window), slidelimit.WithDenyCache(0))
+	short, err := slidelimit.New(rdb, slidelimit.Per(100, 100*time.Millisecond), slidelimit.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A stall of the host between the steps can make one attempt say
+	// nothing; a fresh identity tries again.
+	for attempt := range 3 {
+		identity := fmt.Sprintf("tenant-%d", attempt)
+		start := time.Now()
+		allow(t, long, identity) // renews the record: the log lives two windows
+		allow(t, short, identity)
+		shortDone := time.Now()
+		time.Sleep(time.Until(start.Add(window / 2)))
+		secondAt := time.Now()
+		for range 2 {
+			if res := allow(t, long, identity); !res.Allowed {
+				t.Fatalf("long limit denied %+v with two units in its window", res)
+			}
+		}
+		// Had the short caller set the log to live one long window from its
+		// admission, the log would be gone by now.
+		time.Sleep(time.Until(shortDone.Add(window + window/4)))
+		checkAt := time.Now()
+		res := allow(t, long, identity)
+		checked := time.Now()
+		if checkAt.Sub(shortDone) < window+50*time.Millisecond || checked.Sub(secondAt) > window-50*time.Millisecond {
+			t.Logf("attempt %d: the host stalled between the steps; again", attempt)
+			continue
+		}
+		if !res.Allowed || res.Remaining != 1 {
+			t.Fatalf("a long window after the short caller's admission: %+v, want allowed with 1 remaining (2 units of the last %v counted)", res, window)
+		}
+		return
+	}
+	t.Fatal("the host stalled in every attempt")
+}
+
+// TestEmptiedLogGetsExpiry checks that a log deleted while its retention
+// record lives (its last unit refunded) gets an expiry again when the
+// next request creates it, though the record says the log lives long
+// enough: for one limit (the script's short path) and for two.
+func TestEmptiedLogGetsExpiry(t *testing.T) {
+	rdb := redistest.Client(t)
+	limit := slidelimit.PerMinute(5)
+	for _, more := range [][]slidelimit.Limit{nil, {slidelimit.PerHour(50)}} {
+		lim, prefix := newLimiter(t, rdb, limit, slidelimit.WithLimits(more...))
+		ctx := t.Context()
+		key, _ := slidelimit.Key(prefix, "emptied", limit)
+		first := allow(t, lim, "emptied")
+		if err := lim.Refund(ctx, first); err != nil {
+			t.Fatal(err)
+		}
+		if n := rdb.Exists(ctx, key).Val(); n != 0 {
+			t.Fatalf("the log holds its refunded unit (EXISTS %d)", n)
+		}
+		allow(t, lim, "emptied")
+		longest := limit.Window
+		if more != nil {
+			longest = time.Hour
+		}
+		if pttl := rdb.PTTL(ctx, key).Val(); pttl < longest-time.Second || pttl > 2*longest+2*time.Millisecond {
+			t.Fatalf("limits %v: the log made again has PTTL %v, want one to two windows of %v", more, pttl, longest)
+		}
 	}
 }
 
