@@ -146,17 +146,19 @@ end
 -- ends within a window, it renews the record: that window, kept for two
 -- windows, to the Unix ms until_ms; the log then lives until then too.
 -- Between renewals the log lives until the record's end, a window from now
--- at least, so it needs no PEXPIRE, but for a log this call made (fresh), a
--- longer window another caller keeps, or a caller's clock (clock), whose
--- writers may disagree on the time: then it lives keep from now, or to the
--- record's end if later.
-local function retain(log, now, keep, longest, longest_s, rec_window, rec_until, fresh, clock)
+-- at least, so it needs no PEXPIRE, but for a log this call made (fresh) or
+-- a longer window another caller keeps: then it lives keep from now, or to
+-- the record's end if later, so that no writer shortens what the record
+-- promises. Under callers' clocks (ARGV[3]) that disagree by d, a log may
+-- live d less than a window past an admission, as its counts may be off by
+-- d (see WithClock).
+local function retain(log, now, keep, longest, longest_s, rec_window, rec_until, fresh)
   if longest >= keep and (rec_window ~= longest or rec_until * 1000 - now < longest) then
     local until_ms = math.ceil((now + 2 * longest) / 1000)
     local life = ms(until_ms * 1000 - now)
     call('SET', log .. ':#keep', longest_s .. ':' .. until_ms, 'PX', life)
     call('PEXPIRE', log, life)
-  elseif fresh or clock ~= '' or keep > longest then
+  elseif fresh or keep > longest then
     local d = rec_until * 1000 - now
     if d < keep then
       d = keep
@@ -190,7 +192,7 @@ local function one(log, id, clock, q, w_s)
       end
       return {1, 1, q - c, 0, reset}
     end
-    retain(log, now, keep, w, w_s, rec_window, rec_until, w >= keep and c == 0, clock)
+    retain(log, now, keep, w, w_s, rec_window, rec_until, w >= keep and c == 0)
     local reset = w
     if clock ~= '' then
       reset = call('ZRANGE', log, -1, -1, 'WITHSCORES')[2] + w - now
@@ -453,7 +455,7 @@ local function decide(k0, n, cost, id, clock, a0)
       duplicate = 1 -- a retried call: its id was there
     else
       if longest > 0 then
-        retain(log, now, keep, longest, longest_s, rec_window, rec_until, total == 0, clock)
+        retain(log, now, keep, longest, longest_s, rec_window, rec_until, total == 0)
       end
       for _, g in ipairs(groups) do
         local b = g.b
