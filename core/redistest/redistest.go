@@ -262,8 +262,9 @@ func (s *Server) start() error {
 			s.proc, s.exited, s.dir = cmd.Process, exited, dir
 			return nil
 		}
-		loading := strings.HasPrefix(err.Error(), "LOADING")
-		if now := time.Now(); now.After(deadline) && !(loading && now.Before(loadingDeadline)) {
+		// A server still loading its data set gets until loadingDeadline.
+		stillLoading := strings.HasPrefix(err.Error(), "LOADING") && time.Now().Before(loadingDeadline)
+		if time.Now().After(deadline) && !stillLoading {
 			_ = cmd.Process.Kill()
 			<-exited
 			_ = os.RemoveAll(dir)
