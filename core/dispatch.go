@@ -512,12 +512,17 @@ func (ln *lane) start(batch []*call) *trip {
 	// The timeouts below measure Redis alone: a dial or a pool wait must
 	// not end early because of them. The context ends when the round trip
 	// is given up.
-	// go-redis gets no deadline of ours, only a backstop past every
-	// allowance, so that with ContextTimeoutEnabled an abandoned round trip
-	// ends soon after; without it, within the client's ReadTimeout.
+	// go-redis gets no deadline of ours, only a backstop, so that with
+	// ContextTimeoutEnabled an abandoned round trip ends soon after; without
+	// it, within the client's ReadTimeout. The backstop lies a whole
+	// allowance past the most that wait grants a busy process (busyAllowance),
+	// because wait grants it from when its timer runs, and the time this
+	// process is too busy to run the timer is not counted against Redis
+	// either: with the backstop at the allowance itself, a dial on a
+	// saturated host ended while wait still held the call.
 	ctx, cancel := context.WithCancel(context.Background())
 	if longest := maxTimeout(batch); longest > 0 {
-		ctx, cancel = context.WithTimeout(context.Background(), longest+busyAllowance+busyStep)
+		ctx, cancel = context.WithTimeout(context.Background(), longest+2*busyAllowance+busyStep)
 	}
 	t := &trip{ln: ln, batch: batch, rt: rt, cancel: cancel, result: make(chan bool, 1), busy: recentMeter()}
 	go func() {

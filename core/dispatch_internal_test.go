@@ -281,3 +281,50 @@ func TestDispatcherGoesWithItsLimiters(t *testing.T) {
 		return entries() <= before
 	})
 }
+
+// TestDialOutlivesWhatWaitGrants opens a first connection for a round
+// trip: the context go-redis dials with must not end before a whole
+// busyAllowance past the most wait grants a busy process. wait counts only
+// the time this process ran its timer, so a dial ended at the allowance
+// itself was cut on a saturated host while wait still held the call (one
+// fail-open decision in about 200 bursts of 1,000 requests, with four busy
+// loops beside them).
+func TestDialOutlivesWhatWaitGrants(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	dials := make(chan time.Duration, 16) // what each dial's context had left; -1 for no deadline
+	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			left := time.Duration(-1)
+			if d, ok := ctx.Deadline(); ok {
+				left = time.Until(d)
+			}
+			select {
+			case dials <- left:
+			default:
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim, err := New(rdb, PerMinute(5), WithTimeout(timeout), WithFailurePolicy(FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := lim.Allow(t.Context(), "dial"); !errors.Is(err, ErrUnavailable) || res.Allowed {
+		t.Fatalf("Allow against a silent Redis = %+v, %v; want a fail-closed fallback", res, err)
+	}
+	close(dials)
+	n := 0
+	for left := range dials {
+		n++
+		// Half an allowance of slack for the time between the call's send
+		// and the dial on a busy host.
+		if want := timeout + busyAllowance + busyAllowance/2; left >= 0 && left < want {
+			t.Errorf("a dial had %v left on its context, want at least %v (or no deadline)", left, want)
+		}
+	}
+	if n == 0 {
+		t.Fatal("Allow opened no connection")
+	}
+}
