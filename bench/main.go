@@ -22,7 +22,9 @@
 // timing). Every cell (path, callers, contender) runs for BENCH_CELL on a key
 // prefix of its own and is repeated BENCH_REPS times, the contenders
 // interleaved in a rotating order; the tables print the median of the
-// repetitions. The machine is shared and noisy: compare columns of one run.
+// repetitions, and a ratio is the median of the repetitions' ratios (each
+// of two cells run back to back) with their range. The machine is shared
+// and noisy: compare columns of one run.
 //
 // BENCH_CPUPROFILE=file writes a CPU profile of the Go side.
 // BENCH_CONTENDERS=slidelimit,ulule,ceiling runs only the contenders named.
@@ -496,8 +498,6 @@ func (b *bench) add(k cellKey, c cell) {
 	b.results[k] = append(b.results[k], c)
 }
 
-// median returns the cell of median rate of k, and its p50, p99 and CPU
-// each as the median of the repetitions.
 // ran reports whether any cell of path was measured.
 func (b *bench) ran(path string) bool {
 	for k := range b.results {
@@ -508,6 +508,8 @@ func (b *bench) ran(path string) bool {
 	return false
 }
 
+// median returns the cell of median rate of k, and its p50, p99 and CPU
+// each as the median of the repetitions.
 func (b *bench) median(k cellKey) (cell, bool) {
 	cs := b.results[k]
 	if len(cs) == 0 {
@@ -527,6 +529,23 @@ func (b *bench) median(k cellKey) (cell, bool) {
 		p99:        time.Duration(med(func(c cell) float64 { return float64(c.p99) })),
 		cpuPerCall: med(func(c cell) float64 { return c.cpuPerCall }),
 	}, true
+}
+
+// ratios returns, for each repetition that measured both, the decisions/s
+// of cell mine divided by those of cell peer, sorted. A repetition runs the
+// contenders of one path and level back to back, so each ratio compares
+// two cells seconds apart, and a host whose speed drifts over minutes moves
+// both alike.
+func (b *bench) ratios(mine, peer cellKey) []float64 {
+	ms, ps := b.results[mine], b.results[peer]
+	var r []float64
+	for i := range min(len(ms), len(ps)) {
+		if ps[i].rate > 0 {
+			r = append(r, ms[i].rate/ps[i].rate)
+		}
+	}
+	slices.Sort(r)
+	return r
 }
 
 // cpu returns Redis's used CPU seconds, user plus system.
@@ -587,10 +606,11 @@ func (b *bench) report() {
 			mine = append(mine, "slidelimit-plain")
 		}
 		for _, me := range mine {
-			fmt.Printf("\n== %s path: ratio of %s's decisions/s to each (above 1: %s is faster)\n", path, me, me)
+			fmt.Printf("\n== %s path: ratio of %s's decisions/s to each (above 1: %s is faster); the median of\n", path, me, me)
+			fmt.Printf("the repetitions' ratios, each of two cells run back to back, and their range\n")
 			fmt.Printf("%-19s", "callers")
 			for _, c := range b.levels {
-				fmt.Printf(" %8s", fmt.Sprintf("c=%d", c))
+				fmt.Printf(" %10s", fmt.Sprintf("c=%d", c))
 			}
 			fmt.Println()
 			others := append(slices.Clone(peers), "ceiling", "ceiling-P16")
@@ -603,13 +623,29 @@ func (b *bench) report() {
 			for _, name := range others {
 				fmt.Printf("%-19s", "÷ "+name)
 				for _, c := range b.levels {
-					s, ok1 := b.median(cellKey{path, c, me})
-					o, ok2 := b.median(cellKey{path, c, name})
-					if !ok1 || !ok2 || o.rate == 0 {
-						fmt.Printf(" %8s", "-")
+					r := b.ratios(cellKey{path, c, me}, cellKey{path, c, name})
+					if len(r) == 0 {
+						fmt.Printf(" %10s", "-")
 						continue
 					}
-					fmt.Printf(" %8.2f", s.rate/o.rate)
+					fmt.Printf(" %10.2f", r[len(r)/2])
+				}
+				fmt.Println()
+				measured := false
+				for _, c := range b.levels {
+					measured = measured || len(b.ratios(cellKey{path, c, me}, cellKey{path, c, name})) > 0
+				}
+				if b.reps < 3 || !measured {
+					continue
+				}
+				fmt.Printf("%-19s", "  range")
+				for _, c := range b.levels {
+					r := b.ratios(cellKey{path, c, me}, cellKey{path, c, name})
+					if len(r) == 0 {
+						fmt.Printf(" %10s", "-")
+						continue
+					}
+					fmt.Printf(" %10s", fmt.Sprintf("%.2f–%.2f", r[0], r[len(r)-1]))
 				}
 				fmt.Println()
 			}
@@ -620,10 +656,10 @@ func (b *bench) report() {
 				s, _ := b.median(cellKey{path, c, "slidelimit"})
 				o, _ := b.median(cellKey{path, c, "classic"})
 				if s.cpuPerCall == 0 {
-					fmt.Printf(" %8s", "-")
+					fmt.Printf(" %10s", "-")
 					continue
 				}
-				fmt.Printf(" %8.2f", o.cpuPerCall/s.cpuPerCall)
+				fmt.Printf(" %10.2f", o.cpuPerCall/s.cpuPerCall)
 			}
 			fmt.Println("   (Redis CPU per decision; above 1: slidelimit costs Redis less)")
 		}
