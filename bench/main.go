@@ -621,26 +621,24 @@ func (b *bench) report() {
 				others = append([]string{"slidelimit-nocache"}, peers...)
 			}
 			for _, name := range others {
+				rs := make([][]float64, len(b.levels))
+				measured := false
 				fmt.Printf("%-19s", "÷ "+name)
-				for _, c := range b.levels {
-					r := b.ratios(cellKey{path, c, me}, cellKey{path, c, name})
-					if len(r) == 0 {
+				for i, c := range b.levels {
+					rs[i] = b.ratios(cellKey{path, c, me}, cellKey{path, c, name})
+					if len(rs[i]) == 0 {
 						fmt.Printf(" %10s", "-")
 						continue
 					}
-					fmt.Printf(" %10.2f", r[len(r)/2])
+					measured = true
+					fmt.Printf(" %10.2f", rs[i][len(rs[i])/2])
 				}
 				fmt.Println()
-				measured := false
-				for _, c := range b.levels {
-					measured = measured || len(b.ratios(cellKey{path, c, me}, cellKey{path, c, name})) > 0
-				}
 				if b.reps < 3 || !measured {
 					continue
 				}
 				fmt.Printf("%-19s", "  range")
-				for _, c := range b.levels {
-					r := b.ratios(cellKey{path, c, me}, cellKey{path, c, name})
+				for _, r := range rs {
 					if len(r) == 0 {
 						fmt.Printf(" %10s", "-")
 						continue
