@@ -66,8 +66,9 @@ type dispatcher struct {
 	// Limits; the defaults above, smaller in tests.
 	maxBatch, maxInFlight, maxQueue int
 
+	only  *lane // the one lane of a client that is not a cluster
 	mu    sync.Mutex
-	lanes map[string]*lane // by node address; "" for a client that is not a cluster
+	lanes map[string]*lane // by node address, for a cluster
 }
 
 // dispatcherFor returns client's dispatcher, or nil if client cannot
@@ -132,6 +133,9 @@ func newDispatcher(client redis.Scripter, pipe func() redis.Pipeliner) *dispatch
 		// a time, the calls that wait meanwhile going out together next.
 		d.single, d.maxInFlight = true, 1
 	}
+	if d.cluster == nil {
+		d.only = &lane{d: d}
+	}
 	return d
 }
 
@@ -149,11 +153,15 @@ func (d *dispatcher) node(ctx context.Context, key string) string {
 	return addr
 }
 
-// lane returns node's lane. A node seen for the first time means the
-// cluster's membership changed: the lanes of nodes with nothing queued or
-// in flight are dropped then, so that departed nodes leave nothing behind
-// (a caller still holding one finishes on it as usual).
+// lane returns node's lane: a client that is not a cluster has one. For a
+// cluster, a node seen for the first time means the cluster's membership
+// changed: the lanes of nodes with nothing queued or in flight are dropped
+// then, so that departed nodes leave nothing behind (a caller still holding
+// one finishes on it as usual).
 func (d *dispatcher) lane(node string) *lane {
+	if d.only != nil {
+		return d.only
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ln := d.lanes[node]
@@ -189,7 +197,11 @@ type call struct {
 	args    []any
 	timeout time.Duration
 	state   atomic.Int32
-	out     chan outcome // buffered: a caller that left is never waited for
+	// out delivers the outcome, buffered so that a caller that left is
+	// never waited for. It is nil while the caller makes the round trip
+	// itself on its own goroutine (lane.direct): the outcome is then kept.
+	out  chan outcome
+	kept outcome
 
 	// The last attempt's answer, set by exec.
 	reply    []int64
@@ -204,19 +216,19 @@ type call struct {
 	graced bool
 }
 
-// arm starts c's timeout: a command of c was just sent.
-func (c *call) arm() {
+// arm starts c's timeout: a command of c was just sent, at now.
+func (c *call) arm(now time.Time) {
 	if c.timeout > 0 {
-		d := time.Now().Add(c.timeout).UnixNano()
+		d := now.Add(c.timeout).UnixNano()
 		c.due = d
 		c.deadline.Store(d)
 	}
 }
 
-// late reports whether Redis answered c after its timeout, within what
-// trip.wait granted beyond it.
-func (c *call) late() bool {
-	return c.due != 0 && time.Now().UnixNano() > c.due
+// late reports whether Redis, answering c at now (UnixNano), answered
+// after c's timeout, within what trip.wait granted beyond it.
+func (c *call) late(now int64) bool {
+	return c.due != 0 && now > c.due
 }
 
 // outcome is what a call learns.
@@ -233,6 +245,10 @@ func (c *call) finish(from int32, o outcome) bool {
 	if !c.state.CompareAndSwap(from, done) {
 		return false
 	}
+	if c.out == nil {
+		c.kept = o
+		return true
+	}
 	c.out <- o
 	return true
 }
@@ -245,7 +261,7 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 	if err := ctx.Err(); err != nil {
 		return outcome{err: err}
 	}
-	c := &call{keys: keys, args: args, timeout: timeout, out: make(chan outcome, 1)}
+	c := &call{keys: keys, args: args, timeout: timeout}
 	ln := d.lane(node)
 	alone, ok := ln.enqueue(c)
 	if !ok {
@@ -260,6 +276,7 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 		}
 	}
 	if alone {
+		c.out = make(chan outcome, 1)
 		t := ln.start([]*call{c})
 		if failed, left := t.wait(ctx.Done()); left {
 			// The round trip keeps its place in flight until it ends.
@@ -280,11 +297,12 @@ func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []
 
 // lane is the queue and round trips of one node.
 type lane struct {
-	d        *dispatcher
-	answered atomic.Int64 // UnixNano of Redis's last answer to a round trip
-	mu       sync.Mutex
-	queue    []*call
-	inFlight int
+	d         *dispatcher
+	answered  atomic.Int64 // UnixNano of Redis's last answer to a round trip
+	deadlines deadlines    // bounded's contexts
+	mu        sync.Mutex
+	queue     []*call
+	inFlight  int
 }
 
 // enqueue adds c, and starts a round trip if fewer than maxInFlight are
@@ -296,10 +314,22 @@ func (ln *lane) enqueue(c *call) (alone, ok bool) {
 		ln.mu.Unlock()
 		return false, false
 	}
+	if len(ln.queue) == 0 && ln.inFlight < ln.d.maxInFlight {
+		// Nothing waits: c alone is the next round trip.
+		c.state.Store(sent)
+		ln.inFlight++
+		ln.mu.Unlock()
+		return true, true
+	}
 	ln.queue = append(ln.queue, c)
 	batch := ln.take()
+	alone = len(batch) == 1 && batch[0] == c
+	if !alone {
+		// Another goroutine delivers c's outcome.
+		c.out = make(chan outcome, 1)
+	}
 	ln.mu.Unlock()
-	if len(batch) == 1 && batch[0] == c {
+	if alone {
 		return true, true
 	}
 	if batch != nil {
@@ -345,7 +375,7 @@ func (ln *lane) direct(ctx context.Context, c *call) (outcome, bool) {
 	if held != nil {
 		return outcome{}, false
 	}
-	o := <-c.out // bounded decides every call it does not hold
+	o := c.kept // bounded decides every call it does not hold
 	if next := ln.next(failed); next != nil {
 		go ln.run(next)
 	}
@@ -364,10 +394,10 @@ func (ln *lane) direct(ctx context.Context, c *call) (outcome, bool) {
 // record is counted once.
 func (ln *lane) bounded(ctx context.Context, batch []*call, behind bool) (failed bool, held []*call) {
 	busy := recentMeter()
-	rctx, cancel := context.WithTimeout(ctx, maxTimeout(batch))
-	defer cancel()
+	now := time.Now()
+	rctx := ln.deadlines.within(ctx, now, maxTimeout(batch))
 	for _, c := range batch {
-		c.arm()
+		c.arm(now)
 	}
 	asked, wasBusy := false, false
 	hold := func(err error) bool {
@@ -506,8 +536,9 @@ type trip struct {
 // start sends batch on a goroutine of its own and returns its round trip.
 func (ln *lane) start(batch []*call) *trip {
 	rt := roundTrips.Add(1)
+	now := time.Now()
 	for _, c := range batch {
-		c.arm()
+		c.arm(now)
 	}
 	// The timeouts below measure Redis alone: a dial or a pool wait must
 	// not end early because of them. The context ends when the round trip
@@ -666,8 +697,9 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 	pending := batch
 	for attempt := 0; len(pending) > 0; attempt++ {
 		ln.send(ctx, pending)
+		at := time.Now().UnixNano()
 		if err := pending[0].err; err == nil || classify(err) == healthOK {
-			ln.answered.Store(time.Now().UnixNano())
+			ln.answered.Store(at)
 		}
 		var again []*call
 		reload, pause := false, false
@@ -677,7 +709,7 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 			}
 			switch {
 			case isNoScript(c.err) && attempt <= len(retryDelays):
-				c.arm() // Redis answered; the call sent again has the whole timeout
+				c.arm(time.Unix(0, at)) // Redis answered; the call sent again has the whole timeout
 				again = append(again, c)
 				continue
 			case brokenConn(c.err) && !c.resent && beforeDeadline(c, 0):
@@ -705,7 +737,7 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 				answered = true
 			}
 			reload = reload || shouldReload(c.err)
-			if c.finish(sent, outcome{reply: c.reply, err: c.err, h: h, rt: rt, late: c.late()}) {
+			if c.finish(sent, outcome{reply: c.reply, err: c.err, h: h, rt: rt, late: c.late(at)}) {
 				delivered.Add(1)
 			}
 		}
@@ -872,6 +904,18 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// evalAlone runs the allow script for keys and args on a client that
+// cannot pipeline, bounded by the limiter's timeout.
+func (l *Limiter) evalAlone(ctx context.Context, keys []string, args []any) outcome {
+	var reply []int64
+	err := l.run(ctx, func(ctx context.Context) error {
+		var err error
+		reply, err = allowScript.Run(ctx, l.client, keys, args...).Int64Slice()
+		return err
+	})
+	return outcome{reply: reply, err: err, h: classify(err), rt: roundTrips.Add(1)}
+}
+
 // eval runs the allow script for keys and args: through the client's
 // dispatcher, or on its own for a client that cannot pipeline; unless the
 // breaker of keys' node is open. It feeds the breaker what the round trip
@@ -886,12 +930,7 @@ func (l *Limiter) eval(ctx context.Context, keys []string, args []any) ([]int64,
 	if l.disp != nil {
 		o = l.disp.do(ctx, node, keys, args, l.cfg.timeout)
 	} else {
-		o.err = l.run(ctx, func(ctx context.Context) error {
-			var err error
-			o.reply, err = allowScript.Run(ctx, l.client, keys, args...).Int64Slice()
-			return err
-		})
-		o.h, o.rt = classify(o.err), roundTrips.Add(1)
+		o = l.evalAlone(ctx, keys, args)
 	}
 	if ctx.Err() != nil && o.err != nil {
 		o.h = healthUnknown // the caller's context ended: that says nothing about Redis

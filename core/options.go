@@ -122,8 +122,9 @@ func WithPrefix(prefix string) Option {
 // policy at once rather than each paying the timeout again.
 //
 // The bound holds whatever the client's settings. With go-redis's
-// ContextTimeoutEnabled the client itself gives up at the deadline;
-// without it the limiter stops waiting and the abandoned command finishes
+// ContextTimeoutEnabled the client itself gives up at the deadline, which
+// calls made close together share so that they share one timer: a call's
+// deadline may come up to d/64 sooner than d after it is sent; without it the limiter stops waiting and the abandoned command finishes
 // within the client's ReadTimeout, holding a pooled connection until then.
 // A command that reached Redis before the deadline may still run: a request
 // decided by FailClosed may then count, one decided by FailOpen is counted
