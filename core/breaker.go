@@ -3,6 +3,7 @@ package slidelimit
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,7 +18,10 @@ type breaker struct {
 	cooldown time.Duration
 
 	mu       sync.Mutex
-	circuits map[string]*circuit
+	circuits map[string]*circuit // the nodes with failures; the others are closed
+	// tracked is len(circuits), so that while every circuit is closed and
+	// healthy a call reads one atomic rather than taking mu twice.
+	tracked atomic.Int32
 }
 
 // circuit is the state of one node's breaker.
@@ -59,7 +63,7 @@ func newBreaker(failures int, cooldown time.Duration) *breaker {
 // the probe of a half-open circuit. A refused call gets an error wrapping
 // ErrCircuitOpen.
 func (b *breaker) admit(node string) (probe bool, err error) {
-	if b == nil {
+	if b == nil || b.tracked.Load() == 0 {
 		return false, nil
 	}
 	b.mu.Lock()
@@ -78,22 +82,24 @@ func (b *breaker) admit(node string) (probe bool, err error) {
 // record counts the outcome h of round trip rt to node; probe says whether
 // the call was the circuit's probe.
 func (b *breaker) record(node string, rt uint64, h health, probe bool) {
-	if b == nil {
-		return
+	if b == nil || h != healthFailed && !probe && b.tracked.Load() == 0 {
+		return // closed and healthy: nothing to keep
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.circuits[node]
 	if c == nil {
 		if h != healthFailed {
-			return // closed and healthy: nothing to keep
+			return
 		}
 		c = &circuit{}
 		b.circuits[node] = c
+		b.tracked.Store(int32(len(b.circuits)))
 	}
 	switch h {
 	case healthOK:
 		delete(b.circuits, node) // closed, no failures
+		b.tracked.Store(int32(len(b.circuits)))
 	case healthFailed:
 		if probe {
 			c.probing = false
