@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -353,28 +355,22 @@ func TestDirectCallHeldWhileBusy(t *testing.T) {
 		if err := rdb.Do(ctx, "CLIENT", "PAUSE", 400, "WRITE").Err(); err != nil {
 			t.Fatal(err)
 		}
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		spinners := 4 * runtime.GOMAXPROCS(0)
-		for range spinners {
+		// Goroutines that spin until told to stop, more than there are Ps.
+		var stop atomic.Bool
+		var spinning sync.WaitGroup
+		for range 4 * runtime.GOMAXPROCS(0) {
+			spinning.Add(1)
 			go func() {
-				defer func() { done <- struct{}{} }()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				defer spinning.Done()
+				for !stop.Load() {
 				}
 			}()
 		}
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		res, err := lim.Allow(callCtx, identity)
-		close(stop)
-		for range spinners {
-			<-done
-		}
+		stop.Store(true)
+		spinning.Wait()
 		waitFor(t, "the pause to end", func() bool { return rdb.Do(ctx, "CLIENT", "UNPAUSE").Err() == nil })
 		return res, err
 	}
