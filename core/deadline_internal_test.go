@@ -55,9 +55,14 @@ func TestDeadlinesWithin(t *testing.T) {
 func TestDeadlinesWithinEnds(t *testing.T) {
 	var ds deadlines
 	const timeout = 30 * time.Millisecond
-	for _, parent := range []context.Context{context.Background(), context.WithValue(context.Background(), testKey{}, 1)} {
+	caller, cancel := context.WithCancel(context.WithValue(context.Background(), testKey{}, 1))
+	defer cancel()
+	for _, parent := range []context.Context{context.Background(), caller} {
 		start := time.Now()
-		ctx := ds.within(parent, start, timeout)
+		within := ds.within(parent, start, timeout)
+		// A context derived from it ends with it, whatever the caller's does.
+		ctx, stop := context.WithCancel(within)
+		defer stop()
 		select {
 		case <-ctx.Done():
 		case <-time.After(10 * time.Second):
@@ -65,6 +70,11 @@ func TestDeadlinesWithinEnds(t *testing.T) {
 		}
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			t.Errorf("Err() = %v, want DeadlineExceeded", ctx.Err())
+		}
+		for _, c := range []context.Context{within, ctx} {
+			if cause := context.Cause(c); !errors.Is(cause, context.DeadlineExceeded) {
+				t.Errorf("Cause() = %v, want DeadlineExceeded", cause)
+			}
 		}
 		if el := time.Since(start); el < timeout-timeout/deadlineSlack {
 			t.Errorf("the context ended after %v, before its deadline", el)

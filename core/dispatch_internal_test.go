@@ -5,13 +5,10 @@ import (
 	"errors"
 	"net"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
 // silentListener accepts connections and never answers.
@@ -327,54 +324,5 @@ func TestDialOutlivesWhatWaitGrants(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("Allow opened no connection")
-	}
-}
-
-// TestDirectCallHeldWhileBusy sends a lone call on its caller's goroutine
-// while Redis holds it (CLIENT PAUSE of writers) past the limiter's timeout
-// and this process has more goroutines ready to run than CPUs: the call is
-// not decided by the policy at its timeout, since the reply might sit
-// unread, but waits on in a round trip that grants the busy allowance, and
-// takes Redis's answer. (With the process and host idle the same call is a
-// fallback, but whether a host is idle is not the test's to decide.)
-func TestDirectCallHeldWhileBusy(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	lim, err := New(rdb, PerMinute(5), WithTimeout(50*time.Millisecond), WithFailurePolicy(FailClosed),
-		WithDenyCache(0), WithBreaker(0, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	if _, err := lim.Allow(ctx, "first"); err != nil { // dials: the node has answered since
-		t.Fatal(err)
-	}
-	allowPaused := func(identity string) (Result, error) {
-		t.Helper()
-		if err := rdb.Do(ctx, "CLIENT", "PAUSE", 400, "WRITE").Err(); err != nil {
-			t.Fatal(err)
-		}
-		// Goroutines that spin until told to stop, more than there are Ps.
-		var stop atomic.Bool
-		var spinning sync.WaitGroup
-		for range 4 * runtime.GOMAXPROCS(0) {
-			spinning.Add(1)
-			go func() {
-				defer spinning.Done()
-				for !stop.Load() {
-				}
-			}()
-		}
-		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		res, err := lim.Allow(callCtx, identity)
-		stop.Store(true)
-		spinning.Wait()
-		waitFor(t, "the pause to end", func() bool { return rdb.Do(ctx, "CLIENT", "UNPAUSE").Err() == nil })
-		return res, err
-	}
-	if res, err := allowPaused("busy"); err != nil || !res.Allowed || res.Fallback {
-		t.Errorf("a lone call held past its timeout in a busy process = %+v, %v; want Redis's admission", res, err)
 	}
 }

@@ -181,6 +181,35 @@ func TestBurstIsExactOnABusyHost(t *testing.T) {
 	})
 }
 
+// TestDirectCallHeldWhileBusy sends a lone call on its caller's goroutine
+// while Redis holds it (CLIENT PAUSE of writers) past the limiter's timeout
+// and this process has more goroutines ready to run than CPUs: the call is
+// not decided by the policy at its timeout, since the reply might sit
+// unread, but waits on in a round trip that grants the busy allowance, and
+// takes Redis's answer. (With the process and host idle the same call is a
+// fallback, but whether a host is idle is not the test's to decide.)
+func TestDirectCallHeldWhileBusy(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(5), slidelimit.WithTimeout(50*time.Millisecond),
+		slidelimit.WithFailurePolicy(slidelimit.FailClosed), slidelimit.WithDenyCache(0), slidelimit.WithBreaker(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	allow(t, lim, "first") // dials: the node has answered since
+	if err := rdb.Do(ctx, "CLIENT", "PAUSE", 400, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	busyLoops(t, 4*runtime.GOMAXPROCS(0))
+	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if res, err := lim.Allow(callCtx, "busy"); err != nil || !res.Allowed || res.Fallback {
+		t.Errorf("a lone call held past its timeout in a busy process = %+v, %v; want Redis's admission", res, err)
+	}
+}
+
 // TestWaitingCallsLeaveTogether holds Redis (CLIENT PAUSE of writers) while
 // the most round trips a node may have out are out, and queues 300 more
 // calls behind them: once Redis answers, the waiting calls leave together,
