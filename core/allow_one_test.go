@@ -6,18 +6,21 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/slidelimit/slidelimit/core/redistest"
 )
 
-// TestOneAnswersAsDecide holds allow.lua's short path for the commonest
-// request (one unit, one exact limit: "one") to the general one (decide).
-// Two logs get the same random requests, on a caller's clock so that both
-// see the same times: one log's through the short path, the other's padded
-// with an ending quota of 0, which only decide takes. Both replies and both
-// logs must stay alike, alone and in the batch form. The requests mix two
-// windows on one log (so a retention record makes the shorter window count
-// with ZCOUNT), retried ids, denials and clocks that stand still.
+// TestOneAnswersAsDecide holds allow.lua's short paths for the commonest
+// request (one unit, one exact limit: the block at the top of the script,
+// and "one") to the general one (decide). Two logs get the same random
+// requests, on a caller's clock so that both see the same times: one log's
+// through the short paths, the other's padded with an ending quota of 0,
+// which only decide takes. Both replies and both logs, with their expiry
+// times, must stay alike, alone and in the batch form. The requests mix
+// two windows on one log (so a retention record makes the shorter window
+// count with ZCOUNT), retried ids, denials, and clocks that stand still or
+// fall behind the last one.
 func TestOneAnswersAsDecide(t *testing.T) {
 	rdb := redistest.Client(t)
 	prefix := redistest.Prefix(t)
@@ -36,7 +39,11 @@ func TestOneAnswersAsDecide(t *testing.T) {
 		var ids []string
 		batch := round%2 == 1
 		for i := range 60 {
-			if rng.IntN(3) > 0 {
+			switch rng.IntN(6) {
+			case 0: // another server's clock, behind the last one
+				now -= rng.Int64N(5) * 1_000_000
+			case 1, 2: // a clock that stands still
+			default:
 				now += rng.Int64N(40) * 1_000_000
 			}
 			id := "r" + strconv.Itoa(i)
@@ -77,6 +84,13 @@ func TestOneAnswersAsDecide(t *testing.T) {
 				b, errB := rdb.Dump(t.Context(), logs[1]+suffix).Result()
 				if a != b || (errA == nil) != (errB == nil) {
 					t.Fatalf("round %d, request %d: the logs %q differ after the same requests", round, i, suffix)
+				}
+				// Both expire alike: the times were set from the same
+				// clock, and are read moments apart.
+				ttlA := rdb.PTTL(t.Context(), logs[0]+suffix).Val()
+				ttlB := rdb.PTTL(t.Context(), logs[1]+suffix).Val()
+				if d := ttlA - ttlB; (ttlA < 0) != (ttlB < 0) || d < -time.Second || d > time.Second {
+					t.Fatalf("round %d, request %d: the logs %q expire in %v and %v after the same requests", round, i, suffix, ttlA, ttlB)
 				}
 			}
 		}
