@@ -116,16 +116,17 @@ func WithPrefix(prefix string) Option {
 // counted. It also runs on while Redis answers the round trips sent before
 // the call's, and while this process or its host is too busy to have read
 // the reply (up to 1 s more), so a busy service never decides by the policy
-// just because it is busy; on a host with CPU to spare a dead Redis costs a call d. The
-// caller's own context still bounds the whole call. When a round trip
-// fails, the calls still waiting for that Redis node are decided by the
-// policy at once rather than each paying the timeout again.
+// just because it is busy; on a host with CPU to spare a dead Redis costs a
+// call d. The caller's own context still bounds the whole call. When a
+// round trip fails, the calls still waiting for that Redis node are decided
+// by the policy at once rather than each paying the timeout again.
 //
 // The bound holds whatever the client's settings. With go-redis's
 // ContextTimeoutEnabled the client itself gives up at the deadline, which
 // calls made close together share so that they share one timer: a call's
-// deadline may come up to d/64 sooner than d after it is sent; without it the limiter stops waiting and the abandoned command finishes
-// within the client's ReadTimeout, holding a pooled connection until then.
+// deadline may come up to d/64 sooner than d after it is sent. Without it
+// the limiter stops waiting and the abandoned command finishes within the
+// client's ReadTimeout, holding a pooled connection until then.
 // A command that reached Redis before the deadline may still run: a request
 // decided by FailClosed may then count, one decided by FailOpen is counted
 // as the admission it was.
