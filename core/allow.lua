@@ -107,15 +107,33 @@ if ARGV[1] == '*' or ARGV[3] == '' then
   time_score = s .. us
 end
 
+-- refused answers a request of one unit under one exact limit, of quota q
+-- and window w, whose window holds the newest c >= q members of log: a
+-- denial, unless id is a retried call's.
+local function refused(log, id, q, c, w, now)
+  local allowed, duplicate, retry = 0, 0, 0
+  if call('ZSCORE', log, id) then
+    allowed, duplicate = 1, 1
+  else
+    local k = c + 1 - q
+    retry = call('ZRANGE', log, k - 1 - c, k - 1 - c, 'WITHSCORES')[2] + w - now
+  end
+  local remaining = q - c
+  if remaining < 0 then
+    remaining = 0
+  end
+  return {allowed, duplicate, remaining, retry, call('ZRANGE', log, -1, -1, 'WITHSCORES')[2] + w - now}
+end
+
 -- The commonest call of all, one request of one unit under one exact
--- limit, is admitted here when its log holds members and its retention
--- record is this window's own with a window or more to run, so that
--- retain (below) would write nothing: one's commands and one's reply, with
--- no Lua function made or called first, for those calls were a third of
--- what the script added to Redis's time (BENCHMARKS.md, run P). Anything
--- else (a denial, a retried call, a new or emptied log, a record to renew
--- or another window's) goes on to one or decide, which start again from
--- what this block read; it wrote nothing but the eviction they repeat.
+-- limit, is decided here when its retention record is this window's own
+-- with a window or more to run, so that retain (below) would write
+-- nothing: one's commands and one's reply, with no Lua function called
+-- first but refused for a denial, for those calls were a third of what the
+-- script added to Redis's time (BENCHMARKS.md, run P). Anything else (a
+-- retried call, a new or emptied log, a record to renew or another
+-- window's) goes on to one or decide, which start again from what this
+-- block read; it wrote nothing but the eviction they repeat.
 if #ARGV == 5 and ARGV[1] == '1' and ARGV[2] ~= '' then
   local log, q, w = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
   local r = q and w and q > 0 and call('GET', log .. ':#keep')
@@ -128,7 +146,10 @@ if #ARGV == 5 and ARGV[1] == '1' and ARGV[2] ~= '' then
     if tonumber(rec_window) == w and tonumber(rec_until) * 1000 - now >= w then
       call('ZREMRANGEBYSCORE', log, '-inf', now - w)
       local c = call('ZCARD', log)
-      if c > 0 and c < q and call('ZADD', log, 'NX', score, ARGV[2]) == 1 then
+      if c >= q then
+        return refused(log, ARGV[2], q, c, w, now)
+      end
+      if c > 0 and call('ZADD', log, 'NX', score, ARGV[2]) == 1 then
         local reset = w
         if ARGV[3] ~= '' then
           reset = call('ZRANGE', log, -1, -1, 'WITHSCORES')[2] + w - now
@@ -235,19 +256,7 @@ local function one(log, id, clock, q, w_s)
     end
     return {1, 0, q - c - 1, 0, reset}
   end
-  -- A denial, unless id is a retried call's.
-  local allowed, duplicate, retry = 0, 0, 0
-  if call('ZSCORE', log, id) then
-    allowed, duplicate = 1, 1
-  else
-    local k = c + 1 - q
-    retry = call('ZRANGE', log, k - 1 - c, k - 1 - c, 'WITHSCORES')[2] + w - now
-  end
-  local remaining = q - c
-  if remaining < 0 then
-    remaining = 0
-  end
-  return {allowed, duplicate, remaining, retry, call('ZRANGE', log, -1, -1, 'WITHSCORES')[2] + w - now}
+  return refused(log, id, q, c, w, now)
 end
 
 -- is_one reports whether the request whose cost, id, quota and window are
