@@ -87,8 +87,8 @@
 -- The commonest request, one unit under one exact limit, takes a short
 -- path (one, below) that sends the same commands with less Lua around them:
 -- about 17% less of Redis's time a call (BENCHMARKS.md, run K). Sent
--- alone and admitted with no retention to renew, it takes a shorter one
--- still (the first block below; run P).
+-- alone, with no retention to renew, it takes a shorter one still (the
+-- first block below; run P).
 
 local call = redis.call
 
