@@ -58,6 +58,7 @@ var dispatchersMu sync.Mutex
 type dispatcher struct {
 	client  redis.Scripter
 	pipe    func() redis.Pipeliner
+	process func(context.Context, redis.Cmder) error
 	cluster *redis.ClusterClient // nil unless the client is one
 	single  bool                 // one Redis serves every key: batches go as one script call
 	bounded bool                 // the client gives up at a context's deadline
@@ -72,11 +73,15 @@ type dispatcher struct {
 }
 
 // dispatcherFor returns client's dispatcher, or nil if client cannot
-// pipeline. Limiters on one *redis.Client, *redis.ClusterClient,
+// pipeline or process a command of its own making, as every client of
+// go-redis can. Limiters on one *redis.Client, *redis.ClusterClient,
 // *redis.Ring or *redis.Conn share a dispatcher; any other client value
 // gets one of its own.
 func dispatcherFor(client redis.Scripter) *dispatcher {
-	p, ok := client.(interface{ Pipeline() redis.Pipeliner })
+	p, ok := client.(interface {
+		Pipeline() redis.Pipeliner
+		Process(ctx context.Context, cmd redis.Cmder) error
+	})
 	if !ok {
 		return nil
 	}
@@ -91,7 +96,7 @@ func dispatcherFor(client redis.Scripter) *dispatcher {
 	case *redis.Conn:
 		key = weak.Make(c)
 	default:
-		return newDispatcher(client, p.Pipeline)
+		return newDispatcher(client, p.Pipeline, p.Process)
 	}
 	dispatchersMu.Lock()
 	defer dispatchersMu.Unlock()
@@ -100,7 +105,7 @@ func dispatcherFor(client redis.Scripter) *dispatcher {
 			return d
 		}
 	}
-	d := newDispatcher(client, p.Pipeline)
+	d := newDispatcher(client, p.Pipeline, p.Process)
 	wd := weak.Make(d)
 	dispatchers.Store(key, wd)
 	runtime.AddCleanup(d, forgetDispatcher, dispatcherEntry{key, wd})
@@ -119,8 +124,8 @@ func forgetDispatcher(e dispatcherEntry) {
 	dispatchers.CompareAndDelete(e.key, e.d)
 }
 
-func newDispatcher(client redis.Scripter, pipe func() redis.Pipeliner) *dispatcher {
-	d := &dispatcher{client: client, pipe: pipe, maxBatch: maxBatch, maxInFlight: maxInFlight,
+func newDispatcher(client redis.Scripter, pipe func() redis.Pipeliner, process func(context.Context, redis.Cmder) error) *dispatcher {
+	d := &dispatcher{client: client, pipe: pipe, process: process, maxBatch: maxBatch, maxInFlight: maxInFlight,
 		maxQueue: maxQueue, lanes: make(map[string]*lane), bounded: honoursDeadlines(client)}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
@@ -191,10 +196,52 @@ const (
 	done
 )
 
+// command is the EVALSHA of the allow script for one request: "evalsha",
+// the script's hash, the number of keys, the keys, then ARGV. The limiter
+// builds it once, and a call sent alone goes to the client as it is.
+type command []any
+
+// Boxed once, so that no command boxes them again.
+var evalshaArg, allowHashArg any = "evalsha", allowScript.Hash()
+
+// newCommand returns a command of nkeys keys and nargs arguments, to be
+// appended in that order.
+func newCommand(nkeys, nargs int) command {
+	cmd := make(command, 3, 3+nkeys+nargs)
+	cmd[0], cmd[1], cmd[2] = evalshaArg, allowHashArg, nkeys
+	return cmd
+}
+
+// nkeys returns how many keys cmd names.
+func (cmd command) nkeys() int { return cmd[2].(int) }
+
+// firstKey returns the first key cmd names.
+func (cmd command) firstKey() string { return cmd[3].(string) }
+
+// keys returns the keys cmd names.
+func (cmd command) keys() []string {
+	keys := make([]string, cmd.nkeys())
+	for i := range keys {
+		keys[i] = cmd[3+i].(string)
+	}
+	return keys
+}
+
+// args returns cmd's ARGV.
+func (cmd command) args() []any { return cmd[3+cmd.nkeys():] }
+
+// eval returns cmd as an EVAL of the script's source, in a slice of its
+// own, for a Redis that answered NOSCRIPT.
+func (cmd command) eval() []any {
+	out := make([]any, len(cmd))
+	copy(out, cmd)
+	out[0], out[1] = "eval", allowSource
+	return out
+}
+
 // call is one decision waiting for, or on, a round trip.
 type call struct {
-	keys    []string
-	args    []any
+	cmd     command
 	timeout time.Duration
 	state   atomic.Int32
 	// out delivers the outcome, buffered so that a caller that left is
@@ -253,15 +300,15 @@ func (c *call) finish(from int32, o outcome) bool {
 	return true
 }
 
-// do runs the allow script with keys and args on node through the
+// do runs the allow script's command cmd on node through the
 // dispatcher, bounding Redis's answer by timeout once sent, and the whole
 // call by ctx. A caller that finds its node's lane idle sends its call
 // itself, with no goroutine of the lane's in between.
-func (d *dispatcher) do(ctx context.Context, node string, keys []string, args []any, timeout time.Duration) outcome {
+func (d *dispatcher) do(ctx context.Context, node string, cmd command, timeout time.Duration) outcome {
 	if err := ctx.Err(); err != nil {
 		return outcome{err: err}
 	}
-	c := &call{keys: keys, args: args, timeout: timeout}
+	c := &call{cmd: cmd, timeout: timeout}
 	ln := d.lane(node)
 	alone, ok := ln.enqueue(c)
 	if !ok {
@@ -761,26 +808,29 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 
 // send runs the allow script for every call of batch, by EVAL for a call
 // whose last answer was NOSCRIPT and otherwise by EVALSHA, and sets each
-// call's reply and error. A lone call is one command; several go to a
-// standalone Redis as one command of the script's batch form, and
-// otherwise as a pipeline.
+// call's reply and error. A lone call is its own command, whose reply
+// go-redis reads straight into integers; several go to a standalone Redis
+// as one command of the script's batch form, and otherwise as a pipeline.
 func (ln *lane) send(ctx context.Context, batch []*call) {
 	eval := false
 	for _, c := range batch {
 		eval = eval || isNoScript(c.err)
 	}
-	run := ln.d.client.EvalSha
-	script := allowScript.Hash()
-	if eval {
-		run, script = ln.d.client.Eval, allowSource
-	}
 	switch {
 	case len(batch) == 1:
 		c := batch[0]
-		c.reply, c.err = run(ctx, script, c.keys, c.args...).Int64Slice()
+		args := []any(c.cmd)
+		if eval {
+			args = c.cmd.eval()
+		}
+		cmd := redis.NewIntSliceCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		_ = ln.d.process(ctx, cmd)
+		c.reply, c.err = cmd.Result()
 	case ln.d.single && len(batch) <= maxScriptBatch:
-		keys, args := batchCommand(batch)
-		replies, err := run(ctx, script, keys, args...).Slice()
+		cmd := batchCommand(ctx, batch, eval)
+		_ = ln.d.process(ctx, cmd)
+		replies, err := cmd.Slice()
 		for i, c := range batch {
 			c.reply, c.err = batchReply(replies, i, err)
 		}
@@ -790,12 +840,7 @@ func (ln *lane) send(ctx context.Context, batch []*call) {
 		pipe := ln.d.pipe()
 		var cmds []*redis.Cmd
 		for from := 0; from < len(batch); from += maxScriptBatch {
-			keys, args := batchCommand(batch[from:min(from+maxScriptBatch, len(batch))])
-			name := "evalsha"
-			if eval {
-				name = "eval"
-			}
-			cmd := evalCmd(ctx, name, script, keys, args)
+			cmd := batchCommand(ctx, batch[from:min(from+maxScriptBatch, len(batch))], eval)
 			cmds = append(cmds, cmd)
 			_ = pipe.Process(ctx, cmd)
 		}
@@ -812,11 +857,12 @@ func (ln *lane) send(ctx context.Context, batch []*call) {
 		pipe := ln.d.pipe()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, c := range batch {
+			args := []any(c.cmd)
 			if isNoScript(c.err) {
-				cmds[i] = evalCmd(ctx, "eval", allowSource, c.keys, c.args)
-			} else {
-				cmds[i] = evalCmd(ctx, "evalsha", allowScript.Hash(), c.keys, c.args)
+				args = c.cmd.eval()
 			}
+			cmds[i] = redis.NewCmd(ctx, args...)
+			cmds[i].SetFirstKeyPos(3)
 			_ = pipe.Process(ctx, cmds[i])
 		}
 		_, err := pipe.Exec(ctx)
@@ -831,22 +877,32 @@ func (ln *lane) send(ctx context.Context, batch []*call) {
 	}
 }
 
-// batchCommand returns the KEYS and ARGV of allow.lua's batch form
-// deciding every call of batch in order.
-func batchCommand(batch []*call) (keys []string, args []any) {
+// batchCommand returns the command of allow.lua's batch form deciding
+// every call of batch in order: by EVAL if eval, else by EVALSHA.
+func batchCommand(ctx context.Context, batch []*call, eval bool) *redis.Cmd {
 	nkeys, nargs := 0, 1
 	for _, c := range batch {
-		nkeys += len(c.keys)
-		nargs += 1 + len(c.args)
+		nkeys += c.cmd.nkeys()
+		nargs += 1 + len(c.cmd.args())
 	}
-	keys, args = make([]string, 0, nkeys), make([]any, 0, nargs)
+	args := make([]any, 0, 3+nkeys+nargs)
+	if eval {
+		args = append(args, "eval", allowSource, nkeys)
+	} else {
+		args = append(args, evalshaArg, allowHashArg, nkeys)
+	}
+	for _, c := range batch {
+		n := c.cmd.nkeys()
+		args = append(args, c.cmd[3:3+n]...)
+	}
 	args = append(args, "*")
 	for _, c := range batch {
-		keys = append(keys, c.keys...)
-		args = append(args, len(c.keys))
-		args = append(args, c.args...)
+		args = append(args, c.cmd[2]) // the request's number of keys
+		args = append(args, c.cmd.args()...)
 	}
-	return keys, args
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
 }
 
 // batchReply returns the reply of request i of a batch whose command
@@ -882,17 +938,6 @@ func beforeDeadline(c *call, d time.Duration) bool {
 	return dl == 0 || time.Now().Add(d).UnixNano() < dl
 }
 
-// evalCmd returns an EVAL or EVALSHA command of the allow script.
-func evalCmd(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, name, script, len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	cmdArgs = append(cmdArgs, args...)
-	return redis.NewCmd(ctx, cmdArgs...)
-}
-
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -904,33 +949,33 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// evalAlone runs the allow script for keys and args on a client that
-// cannot pipeline, bounded by the limiter's timeout.
-func (l *Limiter) evalAlone(ctx context.Context, keys []string, args []any) outcome {
+// evalAlone runs the allow script's command cmd on a client that cannot
+// pipeline, bounded by the limiter's timeout.
+func (l *Limiter) evalAlone(ctx context.Context, cmd command) outcome {
 	var reply []int64
 	err := l.run(ctx, func(ctx context.Context) error {
 		var err error
-		reply, err = allowScript.Run(ctx, l.client, keys, args...).Int64Slice()
+		reply, err = allowScript.Run(ctx, l.client, cmd.keys(), cmd.args()...).Int64Slice()
 		return err
 	})
 	return outcome{reply: reply, err: err, h: classify(err), rt: roundTrips.Add(1)}
 }
 
-// eval runs the allow script for keys and args: through the client's
+// eval runs the allow script's command cmd: through the client's
 // dispatcher, or on its own for a client that cannot pipeline; unless the
-// breaker of keys' node is open. It feeds the breaker what the round trip
+// breaker of its keys' node is open. It feeds the breaker what the round trip
 // told about Redis.
-func (l *Limiter) eval(ctx context.Context, keys []string, args []any) ([]int64, error) {
-	node := l.disp.node(ctx, keys[0])
+func (l *Limiter) eval(ctx context.Context, cmd command) ([]int64, error) {
+	node := l.disp.node(ctx, cmd.firstKey())
 	probe, err := l.brk.admit(node)
 	if err != nil {
 		return nil, err
 	}
 	var o outcome
 	if l.disp != nil {
-		o = l.disp.do(ctx, node, keys, args, l.cfg.timeout)
+		o = l.disp.do(ctx, node, cmd, l.cfg.timeout)
 	} else {
-		o = l.evalAlone(ctx, keys, args)
+		o = l.evalAlone(ctx, cmd)
 	}
 	if ctx.Err() != nil && o.err != nil {
 		o.h = healthUnknown // the caller's context ended: that says nothing about Redis

@@ -123,10 +123,10 @@ func TestLoneCallerLeaves(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	first := make(chan outcome, 1)
-	go func() { first <- d.do(ctx, "", []string{"k"}, []any{1}, time.Minute) }()
+	go func() { first <- d.do(ctx, "", append(newCommand(1, 1), "k", 1), time.Minute) }()
 	waitFor(t, "the lone call in flight", func() bool { n, _ := lane(); return n == 1 })
 	second := make(chan outcome, 1)
-	go func() { second <- d.do(t.Context(), "", []string{"k"}, []any{1}, time.Minute) }()
+	go func() { second <- d.do(t.Context(), "", append(newCommand(1, 1), "k", 1), time.Minute) }()
 	waitFor(t, "a second call queued", func() bool { _, q := lane(); return q == 1 })
 
 	cancel()

@@ -189,18 +189,17 @@ func (l *Limiter) decide(ctx context.Context, identity string, n int, id string,
 	if err != nil {
 		return l.observe(ctx, identity, n, start, Result{Limit: set.limits[0]}, err)
 	}
-	args := make([]any, 0, 3+len(set.args))
-	args = append(args, n, id, l.now())
-	args = append(args, set.args...)
 	// The log's key once per limit: allow.lua's batch form, which the
 	// dispatcher may send, reads as many quota and window pairs as keys.
 	// One key named n times is still one key to Redis Cluster.
-	log := logKey(l.cfg.prefix, tag)
-	keys := make([]string, len(set.limits))
-	for i := range keys {
-		keys[i] = log
+	cmd := newCommand(len(set.limits), 3+len(set.args))
+	log := any(logKey(l.cfg.prefix, tag))
+	for range set.limits {
+		cmd = append(cmd, log)
 	}
-	reply, err := l.eval(ctx, keys, args)
+	cmd = append(cmd, n, id, l.now())
+	cmd = append(cmd, set.args...)
+	reply, err := l.eval(ctx, cmd)
 	if err != nil {
 		res, err := l.fallback(identity, n, id, fmt.Errorf("allow script: %w", err))
 		return l.observe(ctx, identity, n, start, res, err)
