@@ -132,18 +132,28 @@ end
 -- first but refused for a denial, for those calls were a third of what the
 -- script added to Redis's time (BENCHMARKS.md, run P). Anything else (a
 -- retried call, a new or emptied log, a record to renew or another
--- window's) goes on to one or decide, which start again from what this
--- block read; it wrote nothing but the eviction they repeat.
+-- window's) goes on to one, which takes the record this block read (it
+-- wrote nothing but the eviction one repeats) instead of reading it again.
+local read_log, read_rec -- the log whose record the block read, and the record (false: none)
 if #ARGV == 5 and ARGV[1] == '1' and ARGV[2] ~= '' then
   local log, q, w = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
-  local r = q and w and q > 0 and call('GET', log .. ':#keep')
-  if r then
+  local r = false
+  if q and w and q > 0 then
+    r = call('GET', log .. ':#keep')
+    read_log, read_rec = log, r
+  end
+  -- The record ("window:until") is this window's if it starts with the
+  -- window's digits as sent (its writer sent them so too) and what follows
+  -- them and one more character is a number, which only the colon allows:
+  -- read in place, for a pattern's captures would make two more strings.
+  local lw = #ARGV[5]
+  if r and string.find(r, ARGV[5], 1, true) == 1 then
     local now, score = time_now, time_score
     if ARGV[3] ~= '' then
       now, score = tonumber(ARGV[3]), ARGV[3]
     end
-    local rec_window, rec_until = string.match(r, '^(%d+):(%d+)$')
-    if tonumber(rec_window) == w and tonumber(rec_until) * 1000 - now >= w then
+    local rec_until = tonumber(string.sub(r, lw + 2))
+    if rec_until and rec_until * 1000 - now >= w then
       call('ZREMRANGEBYSCORE', log, '-inf', now - w)
       local c = call('ZCARD', log)
       if c >= q then
@@ -180,7 +190,10 @@ end
 -- history, and the record's window and end (nil without a record).
 local function retained(log, now, longest)
   local keep, rec_window, rec_until = longest, nil, nil
-  local r = call('GET', log .. ':#keep')
+  local r = read_rec
+  if log ~= read_log then
+    r = call('GET', log .. ':#keep')
+  end
   if r then
     local w, u = string.match(r, '^(%d+):(%d+)$')
     rec_window, rec_until = tonumber(w), tonumber(u)

@@ -199,24 +199,30 @@ func TestLimitChangesKeepTheCount(t *testing.T) {
 // log keeps the long window's history (the retention record), so the long
 // limit still counts its own requests and the short caller's.
 func TestShortWindowKeepsLongHistory(t *testing.T) {
-	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
-		lim, prefix := newLimiter(t, rdb, slidelimit.PerMinute(10))
-		long, short := slidelimit.PerMinute(6), slidelimit.Per(3, 100*time.Millisecond)
-		if res := allowLimits(t, lim, "mix", 5, long); !res.Allowed {
-			t.Fatalf("AllowLimits(5 under 6/1m) = %+v, want allowed", res)
-		}
-		start := redisNow(t, rdb)
-		for redisNow(t, rdb).Sub(start) < 150*time.Millisecond {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if res := allowLimits(t, lim, "mix", 1, short); !res.Allowed || res.Remaining != 2 {
-			t.Fatalf("AllowLimits(1 under 3/100ms) 150ms later = %+v, want allowed with 2 left", res)
-		}
-		if n := logSize(t, rdb, prefix, "mix"); n != 6 {
-			t.Errorf("log holds %d members, want 6: the short caller must not evict the long window's history", n)
-		}
-		if res := allowLimits(t, lim, "mix", 1, long); res.Allowed || res.Remaining != 0 {
-			t.Errorf("AllowLimits(1 under 6/1m) = %+v, want denied: 6 units are in its window", res)
-		}
-	})
+	// 1s is also a window whose digits in µs (1000000) start with the
+	// short window's (100000): the record of one is not the other's.
+	for _, long := range []slidelimit.Limit{slidelimit.PerMinute(6), slidelimit.Per(6, time.Second)} {
+		t.Run(long.Window.String(), func(t *testing.T) {
+			clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+				lim, prefix := newLimiter(t, rdb, slidelimit.PerMinute(10))
+				short := slidelimit.Per(3, 100*time.Millisecond)
+				if res := allowLimits(t, lim, "mix", 5, long); !res.Allowed {
+					t.Fatalf("AllowLimits(5 under %v) = %+v, want allowed", long, res)
+				}
+				start := redisNow(t, rdb)
+				for redisNow(t, rdb).Sub(start) < 150*time.Millisecond {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if res := allowLimits(t, lim, "mix", 1, short); !res.Allowed || res.Remaining != 2 {
+					t.Fatalf("AllowLimits(1 under 3/100ms) 150ms later = %+v, want allowed with 2 left", res)
+				}
+				if n := logSize(t, rdb, prefix, "mix"); n != 6 {
+					t.Errorf("log holds %d members, want 6: the short caller must not evict the long window's history", n)
+				}
+				if res := allowLimits(t, lim, "mix", 1, long); res.Allowed || res.Remaining != 0 {
+					t.Errorf("AllowLimits(1 under %v) = %+v, want denied: 6 units are in its window", long, res)
+				}
+			})
+		})
+	}
 }
