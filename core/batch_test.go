@@ -1,6 +1,7 @@
 package slidelimit
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +106,31 @@ func TestScriptBatchIsolatesErrors(t *testing.T) {
 		if n, err := rdb.ZCard(t.Context(), k).Result(); err != nil || n != 1 {
 			t.Errorf("ZCARD %s = %d, %v; want 1", k, n, err)
 		}
+	}
+}
+
+// TestBatchReadsTheRecordAnotherRequestWrote runs a batch whose first
+// request creates an identity's log and its retention record for an hour,
+// and whose second, on the same log, enforces shorter windows only: the
+// second must see the record the first wrote, and so keep the hour, not
+// what the first request found before it wrote.
+func TestBatchReadsTheRecordAnotherRequestWrote(t *testing.T) {
+	rdb := redistest.Client(t)
+	log := redistest.Prefix(t) + "{a}"
+	hour, minute, tenSeconds := time.Hour.Microseconds(), time.Minute.Microseconds(), 10*time.Second.Microseconds()
+	keys := []string{log, log, log}
+	args := []any{"*", 1, 1, "r1", "", 5, hour, 2, 1, "r2", "", 5, minute, 5, tenSeconds}
+	reply, err := allowScript.Run(t.Context(), rdb, keys, args...).Slice()
+	if err != nil || len(reply) != 2 {
+		t.Fatalf("batch = %v, %v; want two replies", reply, err)
+	}
+	for i, r := range reply {
+		if got, ok := r.([]any); !ok || got[0] != int64(1) {
+			t.Fatalf("request %d: reply %v, want admitted", i+1, r)
+		}
+	}
+	rec, err := rdb.Get(t.Context(), log+":#keep").Result()
+	if want := strconv.FormatInt(hour, 10) + ":"; err != nil || !strings.HasPrefix(rec, want) {
+		t.Errorf("retention record %q, %v; want the hour the first request kept (%s…)", rec, err, want)
 	}
 }
