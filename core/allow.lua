@@ -253,7 +253,7 @@ end
 -- id in log. It is decide (below) cut to that case: no table but its
 -- reply, no limit to parse, and, called alone, none of the stepped log's
 -- functions made, for that Lua was most of the script's cost. The replies
--- and writes of both, and of the block above, are the same, and a test
+-- and writes of both, and of quick above, are the same, and a test
 -- holds them to it.
 local function one(log, id, clock, q, w_s)
   local now, score = clock_of(clock)
