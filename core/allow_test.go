@@ -3,6 +3,7 @@ package slidelimit_test
 import (
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/redistest"
 )
@@ -26,7 +27,7 @@ func TestScoresAreRedisTime(t *testing.T) {
 		}
 		admitted++
 		after := redisNow(t, rdb).UnixMicro()
-		members, err := rdb.ZRangeWithScores(t.Context(), key, 0, -1).Result()
+		members, err := rdb.ZRangeByScoreWithScores(t.Context(), key, &redis.ZRangeBy{Min: "0", Max: "+inf"}).Result()
 		if err != nil || len(members) != admitted {
 			t.Fatalf("after admission #%d: ZRANGE %s = %d members, %v; want %d", i, key, len(members), err, admitted)
 		}

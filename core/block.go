@@ -2,21 +2,10 @@ package slidelimit
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-)
-
-var (
-	//go:embed block.lua
-	blockSource string
-	//go:embed blocked.lua
-	blockedSource string
-
-	blockScript   = redis.NewScript(blockSource)
-	blockedScript = redis.NewScript(blockedSource)
+	"github.com/slidelimit/slidelimit/core/internal/script"
 )
 
 // blockSuffix ends an identity's block key. The '!' keeps it apart from
@@ -56,8 +45,8 @@ func (l *Limiter) Block(ctx context.Context, identity string, d time.Duration) e
 	if ms < 1 {
 		ms = 1
 	}
-	err = l.run(ctx, func(ctx context.Context) error {
-		return blockScript.Run(ctx, l.client, []string{key}, ms).Err()
+	err = l.rt.Run(ctx, func(ctx context.Context) error {
+		return script.Block.Run(ctx, l.client, []string{key}, ms).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("%w: block script: %w", ErrUnavailable, err)
@@ -73,9 +62,9 @@ func (l *Limiter) Blocked(ctx context.Context, identity string) (time.Duration, 
 		return 0, err
 	}
 	var ms int64
-	err = l.run(ctx, func(ctx context.Context) error {
+	err = l.rt.Run(ctx, func(ctx context.Context) error {
 		var err error
-		ms, err = blockedScript.Run(ctx, l.client, []string{key}).Int64()
+		ms, err = script.Blocked.Run(ctx, l.client, []string{key}).Int64()
 		return err
 	})
 	if err != nil {

@@ -229,8 +229,8 @@ func TestFailLocal(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				res, err := lim.Allow(t.Context(), "shared")
-				if !errors.Is(err, slidelimit.ErrUnavailable) || !res.Fallback || res.Statuses != nil {
-					t.Errorf("fail-local Allow with Redis down = %+v, %v, want a fallback wrapping ErrUnavailable", res, err)
+				if !errors.Is(err, slidelimit.ErrUnavailable) || !res.Fallback || !res.Local || len(res.Statuses) != 1 {
+					t.Errorf("fail-local Allow with Redis down = %+v, %v, want a local fallback of the share's status, wrapping ErrUnavailable", res, err)
 				}
 				if !res.Allowed && res.RetryAfter <= 0 {
 					t.Errorf("fail-local denial = %+v, want a RetryAfter", res)

@@ -15,7 +15,9 @@ const denyShards = 16
 
 // denyCache remembers recent denials, so that an identity that keeps
 // knocking is answered without a Redis round trip until its RetryAfter has
-// passed. It is exact in both directions:
+// passed. A denial answers only calls under the same limits (the same
+// plan): per-call limits (AllowLimits) are remembered per plan, a few per
+// identity. It is exact in both directions:
 //
 //   - It never admits: it only denies, or lets the call through to Redis.
 //   - It denies only what Redis would deny. A denial recorded nothing, and
@@ -26,6 +28,8 @@ const denyShards = 16
 //     reopens. The exceptions are a Refund or Reset made by another process
 //     or Limiter, or a member deleted by hand: the cache may then deny for up
 //     to the remaining RetryAfter longer than needed.
+//   - A denial by an in-flight limit is not remembered: a release, in any
+//     process, may free a place at any moment before its RetryAfter.
 //
 // It is safe for concurrent use; its memory is bounded by its size.
 type denyCache struct {
@@ -36,11 +40,22 @@ type denyCache struct {
 
 type denyShard struct {
 	mu      sync.Mutex
-	entries map[string]denial
+	entries map[string]*denials // by identity
+}
+
+// plansPerIdentity is how many plans' denials an identity keeps; a
+// further plan's replaces the one that expires first.
+const plansPerIdentity = 4
+
+// denials are the remembered denials of one identity, one per plan.
+type denials struct {
+	n    int
+	byID [plansPerIdentity]denial
 }
 
 // denial is one remembered denial.
 type denial struct {
+	plan  string    // the limits' signature (limitSet.sig)
 	cost  int       // the denied cost: any cost at least this is denied too
 	at    time.Time // the clock just before the call that was denied
 	until time.Time // at + RetryAfter
@@ -54,7 +69,7 @@ func newDenyCache(size int) *denyCache {
 	}
 	c := &denyCache{seed: maphash.MakeSeed(), limit: max(1, (size+denyShards-1)/denyShards)}
 	for i := range c.shards {
-		c.shards[i].entries = make(map[string]denial)
+		c.shards[i].entries = make(map[string]*denials)
 	}
 	return c
 }
@@ -63,15 +78,27 @@ func (c *denyCache) shard(identity string) *denyShard {
 	return &c.shards[maphash.String(c.seed, identity)%denyShards]
 }
 
-// lookup returns the cached denial of a request of cost n by identity at
-// time now, with its times counted down, if there is one.
-func (c *denyCache) lookup(identity string, n int, now time.Time) (Result, bool) {
+// lookup returns the cached denial of a request of cost n by identity
+// under the plan of signature plan at time now, with its times counted
+// down, if there is one.
+func (c *denyCache) lookup(identity, plan string, n int, now time.Time) (Result, bool) {
 	s := c.shard(identity)
 	s.mu.Lock()
-	d, ok := s.entries[identity]
-	if ok && !now.Before(d.until) {
-		delete(s.entries, identity)
-		ok = false
+	var d denial
+	ok := false
+	if ds := s.entries[identity]; ds != nil {
+		for i := 0; i < ds.n; i++ {
+			if ds.byID[i].plan == plan {
+				d, ok = ds.byID[i], now.Before(ds.byID[i].until)
+				if !ok {
+					ds.remove(i)
+					if ds.n == 0 {
+						delete(s.entries, identity)
+					}
+				}
+				break
+			}
+		}
 	}
 	s.mu.Unlock()
 	if !ok || n < d.cost {
@@ -91,47 +118,93 @@ func (c *denyCache) lookup(identity string, n int, now time.Time) (Result, bool)
 	return res, true
 }
 
+// remove drops the i-th denial.
+func (ds *denials) remove(i int) {
+	ds.n--
+	ds.byID[i] = ds.byID[ds.n]
+	ds.byID[ds.n] = denial{}
+}
+
 // store remembers res, Redis's denial of a request of cost n by identity
-// asked at time at.
-func (c *denyCache) store(identity string, n int, at time.Time, res Result) {
+// under the plan of signature plan, asked at time at.
+func (c *denyCache) store(identity, plan string, n int, at time.Time, res Result) {
 	if res.Allowed || res.Fallback || res.RetryAfter <= 0 {
 		return
 	}
-	d := denial{cost: n, at: at, until: at.Add(res.RetryAfter), res: res}
+	for _, s := range res.Statuses {
+		if s.Limit.InFlight && !s.Limit.Shadow && s.RetryAfter > 0 {
+			return // a release may free the place at any moment
+		}
+	}
+	d := denial{plan: plan, cost: n, at: at, until: at.Add(res.RetryAfter)}
 	s := c.shard(identity)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.entries[identity]; ok && old.cost < n && at.Before(old.until) {
-		// Keep the denial that covers more costs; it is still valid.
-		return
-	}
-	if _, ok := s.entries[identity]; !ok && len(s.entries) >= c.limit {
-		// Full: drop the expired entries among a few, or else one of them.
-		// Dropping costs a round trip to Redis, never exactness.
-		var victim string
-		scanned, dropped := 0, false
-		for k, e := range s.entries {
-			if !at.Before(e.until) {
-				delete(s.entries, k)
-				dropped = true
-			} else if scanned == 0 {
-				victim = k
-			}
-			if scanned++; scanned == 32 {
-				break
-			}
+	ds := s.entries[identity]
+	if ds == nil {
+		if len(s.entries) >= c.limit {
+			c.evict(s, at)
 		}
-		if !dropped {
-			delete(s.entries, victim)
+		ds = &denials{}
+		s.entries[identity] = ds
+	}
+	slot := -1
+	for i := 0; i < ds.n; i++ {
+		if ds.byID[i].plan != plan {
+			continue
+		}
+		if old := ds.byID[i]; old.cost < n && at.Before(old.until) {
+			// Keep the denial that covers more costs; it is still valid.
+			return
+		}
+		slot = i
+	}
+	if slot < 0 && ds.n < plansPerIdentity {
+		slot = ds.n
+		ds.n++
+	}
+	if slot < 0 {
+		// Full: replace the denial that expires first.
+		slot = 0
+		for i := 1; i < ds.n; i++ {
+			if ds.byID[i].until.Before(ds.byID[slot].until) {
+				slot = i
+			}
 		}
 	}
 	// The entry keeps a copy of the Statuses, not the caller's decision.
 	res.Statuses, res.d = append([]Status(nil), res.Statuses...), nil
 	d.res = res
-	s.entries[identity] = d
+	ds.byID[slot] = d
 }
 
-// forget drops identity's denial, after a Refund or Reset.
+// evict makes room in a full shard: it drops the identities whose
+// denials have all expired among a few, or else one of them. Dropping
+// costs a round trip to Redis, never exactness. s.mu is held.
+func (c *denyCache) evict(s *denyShard, at time.Time) {
+	var victim string
+	scanned, dropped := 0, false
+	for k, ds := range s.entries {
+		live := false
+		for i := 0; i < ds.n; i++ {
+			live = live || at.Before(ds.byID[i].until)
+		}
+		if !live {
+			delete(s.entries, k)
+			dropped = true
+		} else if scanned == 0 {
+			victim = k
+		}
+		if scanned++; scanned == 32 {
+			break
+		}
+	}
+	if !dropped {
+		delete(s.entries, victim)
+	}
+}
+
+// forget drops identity's denials, after a Refund or Reset.
 func (c *denyCache) forget(identity string) {
 	s := c.shard(identity)
 	s.mu.Lock()

@@ -12,7 +12,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 	now := time.Now()
 	denied := Result{RetryAfter: time.Minute, Statuses: []Status{{RetryAfter: time.Minute}}}
 	for i := range 10_000 {
-		c.store("id"+strconv.Itoa(i), 1, now, denied)
+		c.store("id"+strconv.Itoa(i), "", 1, now, denied)
 	}
 	total := 0
 	for i := range c.shards {
@@ -21,10 +21,10 @@ func TestDenyCacheIsBounded(t *testing.T) {
 	if total > 64 {
 		t.Errorf("cache of size 64 holds %d entries after 10,000 denials", total)
 	}
-	if _, ok := c.lookup("id9999", 1, now.Add(time.Second)); !ok {
+	if _, ok := c.lookup("id9999", "", 1, now.Add(time.Second)); !ok {
 		t.Errorf("lookup of the newest denial missed")
 	}
-	if _, ok := c.lookup("id9999", 1, now.Add(time.Minute)); ok {
+	if _, ok := c.lookup("id9999", "", 1, now.Add(time.Minute)); ok {
 		t.Errorf("lookup after RetryAfter hit, want a miss")
 	}
 	if newDenyCache(0) != nil {

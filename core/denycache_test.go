@@ -290,3 +290,56 @@ func TestWithDenyCacheRejectsNegative(t *testing.T) {
 func resultString(r slidelimit.Result) string {
 	return fmt.Sprintf("Allowed=%v Cached=%v Remaining=%d RetryAfter=%v Statuses=%+v", r.Allowed, r.Cached, r.Remaining, r.RetryAfter, r.Statuses)
 }
+
+// TestDenyCacheLeavesInFlightDenialsToRedis: a denial by an in-flight
+// limit is not remembered, so the request after a release is admitted at
+// once rather than denied by the cache until the lease would have ended.
+func TestDenyCacheLeavesInFlightDenialsToRedis(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim, _ := newLimiter(t, rdb, slidelimit.InFlight(1, time.Minute)) // the default deny cache
+	ctx := t.Context()
+	held := allow(t, lim, "w")
+	if res := allow(t, lim, "w"); res.Allowed || res.Cached {
+		t.Fatalf("a second request in flight = %+v, want denied by Redis", res)
+	}
+	if res := allow(t, lim, "w"); res.Allowed || res.Cached {
+		t.Fatalf("a third request in flight = %+v, want denied by Redis, not the cache", res)
+	}
+	if err := lim.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if res := allow(t, lim, "w"); !res.Allowed {
+		t.Errorf("a request after the release = %+v, want admitted", res)
+	}
+}
+
+// TestARefundClearsTheRefundingLimitersDenial: limiter b is denied and
+// remembers it; a refund through b of a request limiter a admitted gives a
+// unit back, so b's next call asks Redis and is admitted, not denied from
+// b's cache until the denial's RetryAfter (a minute).
+func TestARefundClearsTheRefundingLimitersDenial(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	prefix := redistest.Prefix(t)
+	newLim := func() *slidelimit.Limiter {
+		lim, err := slidelimit.New(rdb, slidelimit.PerMinute(1), slidelimit.WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim
+	}
+	a, b := newLim(), newLim()
+	res, err := a.Allow(ctx, "k")
+	if err != nil || !res.Allowed {
+		t.Fatalf("a.Allow = %+v, %v; want admitted", res, err)
+	}
+	if res, err := b.Allow(ctx, "k"); err != nil || res.Allowed {
+		t.Fatalf("b.Allow = %+v, %v; want denied", res, err)
+	}
+	if err := b.Refund(ctx, res); err != nil {
+		t.Fatalf("b.Refund: %v", err)
+	}
+	if res, err := b.Allow(ctx, "k"); err != nil || !res.Allowed || res.Cached {
+		t.Errorf("b.Allow after b refunded a's admission = allowed %v, cached %v, %v; want admitted by Redis", res.Allowed, res.Cached, err)
+	}
+}

@@ -1,6 +1,10 @@
 package slidelimit
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/slidelimit/slidelimit/core/internal/roundtrip"
+)
 
 // Errors returned by this package. Test for them with errors.Is: the errors
 // returned wrap them with the details of what went wrong.
@@ -19,8 +23,11 @@ var (
 	// limiter does not understand. A call that returns it also returns the
 	// Result chosen by the FailurePolicy, with Result.Fallback set.
 	ErrUnavailable = errors.New("slidelimit: redis unavailable")
+	// ErrLeaseEnded means Renew found a request's place in flight gone:
+	// its lease ended before it was renewed.
+	ErrLeaseEnded = errors.New("slidelimit: lease ended")
 	// ErrCircuitOpen means the limiter did not ask Redis because its circuit
 	// breaker is open after repeated failures (see WithBreaker). Errors that
 	// wrap it also wrap ErrUnavailable.
-	ErrCircuitOpen = errors.New("slidelimit: circuit open")
+	ErrCircuitOpen = roundtrip.ErrCircuitOpen
 )

@@ -8,3 +8,13 @@ func WaitQueues() int {
 	defer queues.mu.Unlock()
 	return len(queues.m)
 }
+
+// Waiters returns how many waiters the queue of lim and identity holds.
+func Waiters(lim *Limiter, identity string) int {
+	queues.mu.Lock()
+	defer queues.mu.Unlock()
+	if q := queues.m[queueKey{lim, identity}]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}

@@ -35,9 +35,14 @@ const (
 // until it would admit it (RetryAfter, equal to Retry-After), and otherwise
 // the time until its window is empty and its whole quota is back
 // (ResetAfter). Retry-After is at least 1. A Fallback Result gets no field
-// that claims quota: only Retry-After, and only on a denial. A Shadow Result
+// that claims quota, only Retry-After and only on a denial, but a Local one
+// (FailLocal's), whose fields claim this process's shares. A Shadow Result
 // gets no field at all: the request was admitted, and its quota fields would
-// report a denial the client never saw.
+// report a denial the client never saw. Within a Result, a shadow limit
+// (Limit.Shadow) gets no field, nor an in-flight one (Limit.InFlight),
+// which holds places rather than a quota over time; when one of them
+// decides the Result, the X-RateLimit fields, which describe the deciding
+// limit, are left out.
 type Headers struct {
 	// Omit lists the groups not to write.
 	Omit HeaderSet
@@ -124,8 +129,16 @@ func (h Headers) groups(r Result) HeaderSet {
 		return 0
 	}
 	var g HeaderSet
-	if !r.Fallback && len(r.Statuses) > 0 {
-		g |= HeaderRateLimit | HeaderXRateLimit
+	if !r.Fallback || r.Local {
+		for _, st := range r.Statuses {
+			if fielded(st.Limit) {
+				g |= HeaderRateLimit
+				if fielded(r.Limit) {
+					g |= HeaderXRateLimit
+				}
+				break
+			}
+		}
 	}
 	if !r.Allowed && (r.Fallback || len(r.Statuses) > 0) {
 		g |= HeaderRetryAfter
@@ -133,16 +146,27 @@ func (h Headers) groups(r Result) HeaderSet {
 	return g &^ h.Omit
 }
 
+// fielded reports whether lim gets quota fields: a limit of units in a
+// window, enforced. A shadow limit gets none (its denials are not the
+// client's), nor a limit on requests in flight, whose place is not a quota
+// over time.
+func fielded(lim Limit) bool { return !lim.Shadow && !lim.InFlight }
+
 // format formats the header fields r should carry, appending their values
 // to buf[:0]. It is the one place that knows what the fields hold.
 func (h Headers) format(r Result, buf []byte) headerFields {
 	f := headerFields{buf: buf[:0]}
 	g := h.groups(r)
 	if g&HeaderRateLimit != 0 {
-		for i, s := range r.Statuses {
-			if i > 0 {
+		first := true
+		for _, s := range r.Statuses {
+			if !fielded(s.Limit) {
+				continue
+			}
+			if !first {
 				f.buf = append(f.buf, ", "...)
 			}
+			first = false
 			f.buf = appendQuotedLimit(f.buf, s.Limit)
 			f.buf = append(f.buf, ";q="...)
 			f.buf = strconv.AppendInt(f.buf, int64(s.Limit.Quota), 10)
@@ -150,10 +174,15 @@ func (h Headers) format(r Result, buf []byte) headerFields {
 			f.buf = strconv.AppendInt(f.buf, s.Limit.windowSeconds(), 10)
 		}
 		f.add(fieldPolicy)
-		for i, s := range r.Statuses {
-			if i > 0 {
+		first = true
+		for _, s := range r.Statuses {
+			if !fielded(s.Limit) {
+				continue
+			}
+			if !first {
 				f.buf = append(f.buf, ", "...)
 			}
+			first = false
 			f.buf = appendQuotedLimit(f.buf, s.Limit)
 			f.buf = append(f.buf, ";r="...)
 			f.buf = strconv.AppendInt(f.buf, int64(s.Remaining), 10)

@@ -43,12 +43,15 @@ func TestHeaderFieldNames(t *testing.T) {
 // admitted request outside Redis's transport: the decision's memory, its
 // header fields and the client's identity.
 func TestAllowedPathAllocations(t *testing.T) {
-	l := &Limiter{cfg: config{limits: []Limit{PerMinute(100), PerHour(1000).Named("hourly")}}}
+	set, err := newLimitSet([]Limit{PerMinute(100), PerHour(1000).Named("hourly")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	reply := []int64{1, 0, 99, 0, 60_000_000, 999, 0, 3_600_000_000}
-	if got := testing.AllocsPerRun(100, func() { _, _ = result(reply, l.cfg.limits) }); got != 1 {
+	if got := testing.AllocsPerRun(100, func() { _, _ = result(reply, &set, nil) }); got != 1 {
 		t.Errorf("result() allocates %v times, want 1 (its decision)", got)
 	}
-	res, err := result(reply, l.cfg.limits)
+	res, err := result(reply, &set, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

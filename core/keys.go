@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strconv"
+
+	"github.com/slidelimit/slidelimit/core/internal/script"
 )
 
 // maxIdentityLen is the longest encoded identity kept readable in a key;
@@ -21,20 +23,25 @@ const DefaultPrefix = "slidelimit:"
 // An exact limit (see Limit.Resolution) counts the identity's log,
 // prefix + "{" + identity + "}": a sorted set with one member per admitted
 // unit, scored with its admission time in µs, which every exact limit
-// counts whatever its quota or window. Beside it, under the key + ":#keep",
-// a short string records the longest window enforced on the identity
-// lately, so that a caller with a shorter window does not evict history a
-// longer one counts. The record spans two of that window and is renewed
-// once a window; the log lives at least until the record ends, so it
-// expires one to two windows after its last admission.
+// counts whatever its quota or window (ZCOUNT key 0 +inf counts the units).
+// Below the units, scored negative, it keeps its record: the longest window
+// and the largest quota counted in it, so that a caller with a shorter
+// window does not evict history a longer one counts, and the log keeps at
+// most that many units; and once it dropped units to stay within it, when
+// the newest of them came (core/internal/script/exact.lua describes it).
+// The log lives one to two of its longest window past its last admission.
 //
 // A stepped limit counts the stepped log of its step, the log's key + ":#"
-// + the step in µs (":#60000000" for a minute): a string of about 5.8 KB, a header
-// (the oldest and newest steps kept, their total, and the log's retention
-// record) and a ring of one 32-bit count per step (allow.lua describes the
-// layout). Its key + ":ids" holds the ids of the identity's last 128
-// admissions at that step, so that a retried call counts once and a refund
-// finds its step.
+// + the step in µs (":#60000000" for a minute): a string of about 8.4 KB
+// holding a header, the ids of the identity's last 128 admissions at that
+// step (so that a retried call counts once and a refund finds its step) and
+// a ring of one 32-bit count per step. A limit that counts requests
+// (Limit.Requests) counts a log of its own, the log's key + ":#req" and, if
+// stepped, its step's suffix; an in-flight limit (Limit.InFlight) the
+// sorted set of leases at the log's key + ":#inflight". The levels of a
+// tenant's tree (AllowTree) add "/" and the level's identity, made safe,
+// after the tenant's "}". Every key of one identity, or of one tenant, is
+// declared in the script calls that touch it.
 //
 // The identity is made safe before it enters the key. Bytes outside printable
 // ASCII and the bytes '%', '{', '}' and '#' are percent-encoded, so that
@@ -48,11 +55,11 @@ func Key(prefix, identity string, limit Limit) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	key := logKey(prefix, tag)
-	if step := limit.Resolution().Microseconds(); step > 0 {
-		key += stepSuffix(step)
+	part := script.Part{Step: limit.Resolution().Microseconds(), Requests: limit.Requests}
+	if limit.InFlight {
+		part = script.Part{Step: script.InFlightStep}
 	}
-	return key, nil
+	return logKey(prefix, tag) + partSuffix(part), nil
 }
 
 // logKey returns the log's key for the identity of hash tag tag.
@@ -60,17 +67,34 @@ func logKey(prefix, tag string) string {
 	return prefix + "{" + tag + "}"
 }
 
-// recordSuffix follows the log's key in the key of its retention record.
-const recordSuffix = ":#keep"
-
-// idsSuffix follows a stepped log's key in the key of its request ids.
-const idsSuffix = ":ids"
-
 // stepSuffix returns what follows the log's key in the key of its stepped
 // log at step µs: ":#" and the step in µs, such as ":#60000000" for a
-// minute (allow.lua builds it from its arguments).
+// minute.
 func stepSuffix(step int64) string {
 	return ":#" + strconv.FormatInt(step, 10)
+}
+
+// Suffixes of the logs beside the identity's log of units: of its
+// in-flight log, and of its log of requests (Limit.Requests), which a
+// stepped one follows with its step suffix.
+const (
+	inFlightSuffix = ":#inflight"
+	requestsSuffix = ":#req"
+)
+
+// partSuffix returns what follows the log's key in the key of part.
+func partSuffix(part script.Part) string {
+	s := ""
+	switch {
+	case part.Step == script.InFlightStep:
+		return inFlightSuffix
+	case part.Requests:
+		s = requestsSuffix
+	}
+	if part.Step > 0 {
+		s += stepSuffix(part.Step)
+	}
+	return s
 }
 
 // hashTag encodes identity for use between the braces of a key.

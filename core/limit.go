@@ -2,10 +2,11 @@ package slidelimit
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/slidelimit/slidelimit/core/internal/script"
 )
 
 // Bounds on a Limit. They keep one key's sorted set, and so Redis memory and
@@ -25,6 +26,13 @@ const (
 	// Limit.Step). It keeps a request of the whole quota under about a
 	// millisecond of Redis time (BENCHMARKS.md).
 	MaxExactQuota = 1_000
+	// MaxExactCost is the most units one decision adds to exact logs, all
+	// its exact limits' logs together (a tenant's tree has one per level):
+	// each unit is a member of a sorted set, and this bound keeps a
+	// decision within about 1 ms of Redis time (a unit costs Redis about
+	// 2.5 µs to add; BENCHMARKS.md). A larger cost is counted in steps
+	// (Limit.Stepped), whose cost does not grow with the units.
+	MaxExactCost = 250
 	// MinStep is the shortest Step a Limit may have.
 	MinStep = time.Millisecond
 	// MaxSteps is the most steps a Limit's Window may span, which bounds
@@ -63,6 +71,45 @@ type Limit struct {
 	// Window and such that the Window spans at most MaxSteps steps; it is
 	// counted in whole microseconds.
 	Step time.Duration
+	// Requests makes the limit count requests, one each, rather than their
+	// cost: "60 requests a minute" beside "100,000 tokens a minute" in
+	// one decision of a request of 1,200 tokens. Such a limit counts a log
+	// of its own, beside the identity's log of units, so a plan change
+	// between the two kinds starts a fresh count. See Limit.ForRequests.
+	Requests bool
+	// InFlight makes the limit one on requests in flight rather than on
+	// units in a window: at most Quota requests of the identity hold a
+	// lease at once, each from its admission until it is released
+	// (Limiter.Release, Settle or Refund) or Window has passed since it was
+	// taken or renewed (Limiter.Renew), so that a holder that dies frees
+	// its place by itself. A request takes one place whatever its cost.
+	// See InFlight; an in-flight limit has no Step.
+	InFlight bool
+	// Shadow makes the limit a shadow: it is counted and reported like the
+	// others (Result.Statuses; Observation.ShadowDenied lists it when it
+	// would have denied) but it never denies, and header writers send no
+	// field for it. It is how one new limit is rolled out beside enforced
+	// ones, with one limiter, one call and one count. See Limit.Shadowed.
+	Shadow bool
+}
+
+// InFlight returns a Limit of n requests in flight at once, each holding
+// its place for at most lease unless renewed. See Limit.InFlight.
+func InFlight(n int, lease time.Duration) Limit {
+	return Limit{Quota: n, Window: lease, InFlight: true}
+}
+
+// ForRequests returns a copy of l that counts requests rather than their
+// cost. See Limit.Requests.
+func (l Limit) ForRequests() Limit {
+	l.Requests = true
+	return l
+}
+
+// Shadowed returns a copy of l as a shadow limit. See Limit.Shadow.
+func (l Limit) Shadowed() Limit {
+	l.Shadow = true
+	return l
 }
 
 // Per returns a Limit of quota units in any span of window.
@@ -93,6 +140,8 @@ func (l Limit) Stepped(step time.Duration) Limit {
 // Window/1440 rounded down to whole microseconds and at least MinStep.
 func (l Limit) Resolution() time.Duration {
 	switch {
+	case l.InFlight:
+		return 0
 	case l.Step > 0:
 		return l.Step.Truncate(time.Microsecond)
 	case l.Quota <= MaxExactQuota:
@@ -120,6 +169,10 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: step %v is longer than the window %v", ErrInvalidLimit, l.Step, l.Window)
 	case l.Step > 0 && l.Window > MaxSteps*l.Step.Truncate(time.Microsecond):
 		return fmt.Errorf("%w: window %v spans more than %d steps of %v", ErrInvalidLimit, l.Window, MaxSteps, l.Step)
+	case l.InFlight && l.Step != 0:
+		return fmt.Errorf("%w: an in-flight limit has no step", ErrInvalidLimit)
+	case l.InFlight && l.Requests:
+		return fmt.Errorf("%w: an in-flight limit counts requests already", ErrInvalidLimit)
 	case len(l.Name) > maxNameLen:
 		return fmt.Errorf("%w: name is %d bytes, more than %d", ErrInvalidLimit, len(l.Name), maxNameLen)
 	}
@@ -136,10 +189,14 @@ func nameByte(c byte) bool {
 }
 
 // String returns the limit's name if it has one, and otherwise its quota and
-// window in a compact form such as "100/1m", "10/1s" or "5/1h30m".
+// window in a compact form such as "100/1m", "10/1s" or "5/1h30m", or for
+// an in-flight limit its quota, such as "5-in-flight".
 func (l Limit) String() string {
-	if l.Name != "" {
+	switch {
+	case l.Name != "":
 		return l.Name
+	case l.InFlight:
+		return strconv.Itoa(l.Quota) + "-in-flight"
 	}
 	return strconv.Itoa(l.Quota) + "/" + shortDuration(l.Window)
 }
@@ -162,47 +219,83 @@ func (l Limit) windowSeconds() int64 {
 	return ceilSeconds(l.Window)
 }
 
-// limitSet is a validated list of limits, as the allow script reads them.
+// limitSet is a validated list of limits, compiled for the allow script.
 type limitSet struct {
 	limits   []Limit
-	args     []any   // per limit: quota, then the window in µs, or "window:step" in µs
-	steps    []int64 // the distinct steps in µs, in the order of the limits
-	minQuota int     // the largest cost every limit can admit
+	plan     *script.Plan
+	minQuota int    // the largest cost a request may have: every enforced limit of units admits it, and the exact logs take it (MaxExactCost)
+	sig      string // the limits, each name, quota, window and step: the same for equal sets
+	levels   []int  // levels[i]: the level limit i counts, for a tenant's tree; nil: all 0
 }
 
 // newLimitSet validates limits: each must be valid, and their names
 // (String) distinct, since the RateLimit headers tell them apart by name.
 // Errors wrap ErrInvalidLimit.
 func newLimitSet(limits []Limit) (limitSet, error) {
-	s := limitSet{limits: limits, args: make([]any, 0, 2*len(limits)), minQuota: MaxQuota}
+	return compileSet(limits, nil)
+}
+
+// compileSet is newLimitSet for the limits of a tenant's tree: levels[i]
+// is the index of the identity limit i counts (nil: all 0).
+func compileSet(limits []Limit, levels []int) (limitSet, error) {
+	s := limitSet{limits: limits, minQuota: MaxQuota, levels: levels}
 	if len(limits) == 0 {
 		return s, fmt.Errorf("%w: no limit", ErrInvalidLimit)
 	}
+	compiled := make([]script.Limit, len(limits))
 	for i, lim := range limits {
 		if err := lim.Validate(); err != nil {
 			return s, err
 		}
 		for _, prev := range limits[:i] {
 			if prev.String() == lim.String() {
+				if levels != nil {
+					return s, fmt.Errorf("%w: two limits of the tree are both %q: name them by level (Limit.Named), as the rate-limit headers tell limits apart by name", ErrInvalidLimit, lim.String())
+				}
 				return s, fmt.Errorf("%w: two limits are both %q", ErrInvalidLimit, lim.String())
 			}
 		}
-		s.args = append(s.args, lim.Quota, windowArg(lim))
-		if step := lim.Resolution().Microseconds(); step > 0 && !slices.Contains(s.steps, step) {
-			s.steps = append(s.steps, step)
+		level := 0
+		if levels != nil {
+			level = levels[i]
 		}
-		s.minQuota = min(s.minQuota, lim.Quota)
+		compiled[i] = script.Limit{Quota: lim.Quota, Window: lim.Window.Microseconds(), Step: lim.Resolution().Microseconds(),
+			Shadow: lim.Shadow, InFlight: lim.InFlight, Requests: lim.Requests, Level: level}
+		if !lim.InFlight && !lim.Shadow && !lim.Requests {
+			s.minQuota = min(s.minQuota, lim.Quota)
+		}
 	}
+	s.plan = script.NewPlan(compiled)
+	exact := 0
+	for _, p := range s.plan.Parts() {
+		if p.Step == 0 && !p.Requests {
+			exact++
+		}
+	}
+	if exact > 0 {
+		s.minQuota = min(s.minQuota, MaxExactCost/exact)
+	}
+	var sig []byte
+	for _, c := range compiled {
+		sig = strconv.AppendInt(sig, int64(c.Level), 10)
+		sig = append(sig, '@')
+		sig = strconv.AppendBool(sig, c.Shadow)
+		sig = append(sig, '@')
+		sig = strconv.AppendBool(sig, c.InFlight)
+		sig = append(sig, '@')
+		sig = strconv.AppendBool(sig, c.Requests)
+		sig = append(sig, '@')
+		sig = strconv.AppendInt(sig, int64(c.Quota), 10)
+		sig = append(sig, '/')
+		sig = strconv.AppendInt(sig, c.Window, 10)
+		sig = append(sig, '/')
+		sig = strconv.AppendInt(sig, c.Step, 10)
+		sig = append(sig, ' ')
+	}
+	for _, lim := range limits {
+		sig = append(sig, lim.String()...)
+		sig = append(sig, ' ')
+	}
+	s.sig = string(sig)
 	return s, nil
-}
-
-// windowArg is lim's window as the allow script reads it: its µs, and for a
-// stepped limit ":" and the step's µs.
-func windowArg(lim Limit) any {
-	w := lim.Window.Microseconds()
-	step := lim.Resolution().Microseconds()
-	if step == 0 {
-		return w
-	}
-	return strconv.FormatInt(w, 10) + ":" + strconv.FormatInt(step, 10)
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/core/internal/roundtrip"
+	"github.com/slidelimit/slidelimit/core/internal/script"
 )
 
 // Limiter enforces one or more limits per identity, shared by every process
@@ -26,14 +29,13 @@ import (
 // count apart (a login limit beside an API limit, say) take different prefixes
 // or identities.
 type Limiter struct {
-	client  redis.Scripter
-	bounded bool // the client itself gives up at a context's deadline
-	cfg     config
-	own     limitSet     // the limits of New and WithLimits
-	deny    *denyCache   // nil when WithDenyCache(0)
-	disp    *dispatcher  // nil for a client that cannot pipeline
-	brk     *breaker     // nil when disabled
-	local   *localLimits // FailLocal's log; nil under other policies
+	client redis.Scripter
+	cfg    config
+	own    limitSet          // the limits of New and WithLimits
+	deny   *denyCache        // nil when WithDenyCache(0)
+	rt     *roundtrip.Caller // the round trips to Redis, and the breaker
+	local  *localLimits      // FailLocal's log; nil under other policies
+	outage outage
 }
 
 // New returns a Limiter that enforces limit, and any limits added by
@@ -70,11 +72,14 @@ func New(client redis.Scripter, limit Limit, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{client: client, cfg: cfg, own: own, bounded: honoursDeadlines(client), deny: newDenyCache(cfg.deny)}
-	l.brk = newBreaker(cfg.failures, cfg.cooldown)
-	l.disp = dispatcherFor(client)
+	l := &Limiter{client: client, cfg: cfg, own: own, deny: newDenyCache(cfg.deny)}
+	l.rt = roundtrip.New(client, roundtrip.Config{Timeout: cfg.timeout, BreakerFailures: cfg.failures, BreakerCooldown: cfg.cooldown})
+	l.outage = outage{log: cfg.logger, policy: cfg.policy}
+	if cfg.logger == nil && !cfg.quiet {
+		l.outage.log = slog.Default()
+	}
 	if cfg.policy == FailLocal {
-		l.local = newLocalLimits(cfg.limits, cfg.replicas, cfg.localCapacity)
+		l.local = newLocalLimits(cfg.replicas, cfg.localCapacity)
 	}
 	return l, nil
 }
@@ -127,10 +132,12 @@ func (l *Limiter) AllowN(ctx context.Context, identity string, n int) (Result, e
 //
 // Invalid limits return an error wrapping ErrInvalidLimit, like New, with a
 // Result that is not Allowed; n is checked against the smallest quota among
-// limits. A Result of AllowLimits lists its Statuses in the order of limits,
+// limits, and MaxExactCost for exact ones. A Result of AllowLimits lists its Statuses in the order of limits,
 // and Refund takes it back like any other. The deny cache (WithDenyCache)
-// answers only calls under l's own limits. Under FailLocal, a call that
-// Redis cannot decide is counted against l's own limits in the process.
+// remembers denials per set of limits, so it answers a call only with a
+// denial under the same limits; and under FailLocal a call that Redis
+// cannot decide is decided in the process by its own limits, on this
+// process's share of each.
 func (l *Limiter) AllowLimits(ctx context.Context, identity string, n int, limits ...Limit) (Result, error) {
 	if len(limits) == 0 {
 		return l.allow(ctx, identity, n, &l.own)
@@ -148,13 +155,13 @@ func (l *Limiter) allow(ctx context.Context, identity string, n int, set *limitS
 		err := fmt.Errorf("%w: cost %d is outside 1..%d", ErrInvalidCost, n, set.minQuota)
 		return l.observe(ctx, identity, n, time.Now(), Result{Limit: set.limits[0]}, err)
 	}
-	return l.decide(ctx, identity, n, requestID(ctx), set)
+	return l.decideOne(ctx, identity, n, requestID(ctx), set)
 }
 
 // Peek reports whether identity could make a request of cost 1 now, and the
 // state of each limit, without recording anything.
 func (l *Limiter) Peek(ctx context.Context, identity string) (Result, error) {
-	return l.decide(ctx, identity, 1, "", &l.own)
+	return l.decideOne(ctx, identity, 1, "", &l.own)
 }
 
 // PeekLimits is Peek under limits instead of l's own (see AllowLimits).
@@ -167,72 +174,94 @@ func (l *Limiter) PeekLimits(ctx context.Context, identity string, limits ...Lim
 	if err != nil {
 		return l.observe(ctx, identity, 1, time.Now(), Result{Limit: limits[0]}, err)
 	}
-	return l.decide(ctx, identity, 1, "", &set)
+	return l.decideOne(ctx, identity, 1, "", &set)
 }
 
-// decide runs the admission script under set; an empty id peeks.
-func (l *Limiter) decide(ctx context.Context, identity string, n int, id string, set *limitSet) (Result, error) {
+// decideOne runs the admission script for one identity; an empty id
+// peeks.
+func (l *Limiter) decideOne(ctx context.Context, identity string, n int, id string, set *limitSet) (Result, error) {
+	tag, err := hashTag(identity)
+	if err != nil {
+		return l.observe(ctx, identity, n, time.Now(), Result{Limit: set.limits[0]}, err)
+	}
+	return l.decide(ctx, identity, []string{logKey(l.cfg.prefix, tag)}, nil, n, id, set)
+}
+
+// decide runs the admission script under set, whose limits count the
+// logs whose keys start with stems (one per level); names are the levels'
+// names for the Statuses of a tenant's tree, nil otherwise; who names the
+// decision to the deny cache and the observer. An empty id peeks.
+func (l *Limiter) decide(ctx context.Context, who string, stems, names []string, n int, id string, set *limitSet) (Result, error) {
 	start := time.Now()
-	own := set == &l.own
 	var asked time.Time // the deny cache's clock before asking Redis
-	if l.deny != nil && own {
+	if l.deny != nil {
 		asked = l.clockNow(start)
 		// An id from ContextWithRequestID may have been admitted before,
 		// which only Redis knows.
 		if ctx.Value(requestIDKey{}) == nil {
-			if res, ok := l.deny.lookup(identity, n, asked); ok {
-				return l.observe(ctx, identity, n, start, res, nil)
+			if res, ok := l.deny.lookup(who, set.sig, n, asked); ok {
+				return l.observe(ctx, who, n, start, res, nil)
 			}
 		}
 	}
-	tag, err := hashTag(identity)
+	keys := keysFor(stems, set)
+	reply, err := l.rt.Decide(ctx, set.plan.Command(keys, n, id, l.now()))
 	if err != nil {
-		return l.observe(ctx, identity, n, start, Result{Limit: set.limits[0]}, err)
+		res, err := l.fallback(stems, names, n, id, set, fmt.Errorf("allow script: %w", err))
+		return l.observe(ctx, who, n, start, res, err)
 	}
-	// The log's key once per limit: allow.lua's batch form, which the
-	// dispatcher may send, reads as many quota and window pairs as keys.
-	// One key named n times is still one key to Redis Cluster.
-	cmd := newCommand(len(set.limits), 3+len(set.args))
-	log := any(logKey(l.cfg.prefix, tag))
-	for range set.limits {
-		cmd = append(cmd, log)
-	}
-	cmd = append(cmd, n, id, l.now())
-	cmd = append(cmd, set.args...)
-	reply, err := l.eval(ctx, cmd)
-	if err != nil {
-		res, err := l.fallback(identity, n, id, fmt.Errorf("allow script: %w", err))
-		return l.observe(ctx, identity, n, start, res, err)
-	}
-	res, err := result(reply, set.limits)
+	res, err := result(reply, set, names)
 	switch {
 	case err != nil:
-		res, err = l.fallback(identity, n, id, err)
+		res, err = l.fallback(stems, names, n, id, set, err)
 	case res.Allowed && id != "":
-		res.d.admitted = admission{from: l, identity: identity, id: id, cost: n, set: set}
-	case !res.Allowed && l.deny != nil && own:
-		l.deny.store(identity, n, asked, res)
+		res.d.admitted = admission{from: l, who: who, id: id, set: set, keys: keys}
+		res.d.admitted.cost.Store(int64(n))
+	case !res.Allowed && l.deny != nil:
+		l.deny.store(who, set.sig, n, asked, res)
 	}
-	return l.observe(ctx, identity, n, start, res, err)
+	return l.observe(ctx, who, n, start, res, err)
 }
 
-// result turns the script's reply to a decision under limits into a Result.
-func result(reply []int64, limits []Limit) (Result, error) {
-	if len(reply) != 2+3*len(limits) {
-		return Result{}, fmt.Errorf("allow script: unexpected reply %v", reply)
+// result turns the script's reply to a decision under set, whose levels
+// are named names (nil for one identity), into a Result. Its deciding limit is an
+// enforced one (not a shadow): on a denial, the denying limit that takes
+// longest to admit the request; otherwise the limit with the fewest units
+// left.
+func result(reply []int64, set *limitSet, names []string) (Result, error) {
+	var raw [inlineStatuses]script.Status
+	statuses := raw[:0]
+	if n := len(set.limits); n <= inlineStatuses {
+		statuses = raw[:n]
+	} else {
+		statuses = make([]script.Status, n)
 	}
-	res := Result{Allowed: reply[0] == 1}
-	res.d, res.Statuses = newDecision(len(limits))
-	decider := 0
-	for i, lim := range limits {
-		v := reply[2+3*i:]
+	allowed, _, err := set.plan.Decode(reply, statuses)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Allowed: allowed}
+	res.d, res.Statuses = newDecision(len(set.limits))
+	decider := -1
+	for i, lim := range set.limits {
+		v := statuses[i]
 		s := Status{
 			Limit:      lim,
-			Remaining:  int(v[0]),
-			RetryAfter: time.Duration(v[1]) * time.Microsecond,
-			ResetAfter: time.Duration(v[2]) * time.Microsecond,
+			Remaining:  v.Remaining,
+			RetryAfter: time.Duration(v.RetryAfter) * time.Microsecond,
+			ResetAfter: time.Duration(v.ResetAfter) * time.Microsecond,
+		}
+		if names != nil {
+			s.Level = names[set.levels[i]]
 		}
 		res.Statuses[i] = s
+		if lim.Shadow && decider >= 0 {
+			continue
+		}
+		if decider < 0 || set.limits[decider].Shadow {
+			decider = i
+			continue
+		}
 		d := res.Statuses[decider]
 		if res.Allowed && s.Remaining < d.Remaining || !res.Allowed && s.RetryAfter > d.RetryAfter {
 			decider = i
@@ -243,57 +272,27 @@ func result(reply []int64, limits []Limit) (Result, error) {
 	return res, nil
 }
 
-// Refund removes an admitted request's units from the identity's log, and
-// so from every limit's count, as if it had never been made, so that, for
-// example, requests that fail need not count. It removes exactly the
-// members the request recorded: refunding twice, or refunding a Result
-// that was not admitted or was a Fallback, does nothing. A stepped limit
-// (see Limit.Step) finds the request among the identity's last 128
-// admissions at its step; an older one is not refunded there. The Result knows
-// the limiter that recorded it, and so its key: it is refunded where it was
-// recorded even if l is another limiter on the same client. Errors wrap
-// ErrUnavailable.
-func (l *Limiter) Refund(ctx context.Context, r Result) error {
-	if r.d == nil || r.d.admitted.from == nil {
-		return nil
-	}
-	a := r.d.admitted
-	keys, err := a.from.keys(a.identity, a.set)
-	if err != nil {
-		return err // not reached: the identity made these keys before
-	}
-	keys = keys[:1] // the log: refund.lua names the stepped logs after it
-	args := make([]any, 0, 2+len(a.set.steps))
-	args = append(args, a.id, a.cost)
-	for _, step := range a.set.steps {
-		args = append(args, step)
-	}
-	if l.deny != nil {
-		l.deny.forget(a.identity)
-	}
-	err = l.run(ctx, func(ctx context.Context) error {
-		return refundScript.Run(ctx, l.client, keys, args...).Err()
-	})
-	if err != nil {
-		return fmt.Errorf("%w: refund script: %w", ErrUnavailable, err)
-	}
-	return nil
-}
-
-// Reset forgets every request identity made: it deletes the identity's log
-// and its retention record, and the stepped logs of the steps of l's own
-// limits (a stepped log of another step, used by AllowLimits, is left to
-// expire). Errors wrap ErrUnavailable or ErrInvalidKey.
+// Reset forgets every request identity made: it deletes the identity's
+// exact log and the stepped logs of the steps of l's own limits (a stepped
+// log of another step, used by AllowLimits, is left to expire). Errors wrap
+// ErrUnavailable or ErrInvalidKey.
 func (l *Limiter) Reset(ctx context.Context, identity string) error {
-	keys, err := l.keys(identity, &l.own)
+	tag, err := hashTag(identity)
 	if err != nil {
 		return err
+	}
+	// The exact log always, which AllowLimits may have written even when
+	// l's own limits are all stepped.
+	log := logKey(l.cfg.prefix, tag)
+	keys := keysFor([]string{log}, &l.own)
+	if keys[0] != log {
+		keys = append(keys, log)
 	}
 	if l.deny != nil {
 		l.deny.forget(identity)
 	}
-	err = l.run(ctx, func(ctx context.Context) error {
-		return resetScript.Run(ctx, l.client, keys).Err()
+	err = l.rt.Run(ctx, func(ctx context.Context) error {
+		return script.Reset.Run(ctx, l.client, keys).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("%w: reset script: %w", ErrUnavailable, err)
@@ -301,26 +300,14 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 	return nil
 }
 
-// keys returns identity's keys under set (see keysFor).
-func (l *Limiter) keys(identity string, set *limitSet) ([]string, error) {
-	tag, err := hashTag(identity)
-	if err != nil {
-		return nil, err
-	}
-	return l.keysFor(tag, set), nil
-}
-
-// keysFor returns the keys of the identity of hash tag tag that set uses:
-// its log, its retention record, and for each step of set the stepped log
-// of that step and its request ids. The scripts that decide and refund are
-// given the log only and name the others after it (see allow.lua).
-func (l *Limiter) keysFor(tag string, set *limitSet) []string {
-	log := logKey(l.cfg.prefix, tag)
-	keys := make([]string, 0, 2+2*len(set.steps))
-	keys = append(keys, log, log+recordSuffix)
-	for _, step := range set.steps {
-		s := stepSuffix(step)
-		keys = append(keys, log+s, log+s+idsSuffix)
+// keysFor returns the keys a decision under set takes, one per part of its
+// plan: the exact, stepped or in-flight log of the part's level, whose
+// logs' keys start with stems[level].
+func keysFor(stems []string, set *limitSet) []string {
+	parts := set.plan.Parts()
+	keys := make([]string, len(parts))
+	for i, p := range parts {
+		keys[i] = stems[p.Level] + partSuffix(p)
 	}
 	return keys
 }
@@ -342,34 +329,6 @@ func (l *Limiter) now() string {
 	return strconv.FormatInt(l.cfg.clock().UnixMicro(), 10)
 }
 
-// run calls do with ctx bounded by the limiter's timeout, and returns by
-// the deadline even when the client would wait longer. go-redis gives up at
-// a context's deadline only with ContextTimeoutEnabled; otherwise it waits
-// for its own ReadTimeout (3 s by default), so do runs on a goroutine of its
-// own, which finishes or fails with the client's timeouts after run returned.
-// Either way Redis may still execute a command that was sent.
-func (l *Limiter) run(ctx context.Context, do func(context.Context) error) error {
-	if l.cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
-		defer cancel()
-	}
-	if l.bounded {
-		return do(ctx)
-	}
-	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
-		return do(ctx) // nothing could end the wait early
-	}
-	done := make(chan error, 1)
-	go func() { done <- do(ctx) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // isNil reports whether client is nil, or a nil pointer to one of
 // go-redis's clients, which a nil check of the interface misses.
 func isNil(client redis.Scripter) bool {
@@ -386,25 +345,13 @@ func isNil(client redis.Scripter) bool {
 	return false
 }
 
-// honoursDeadlines reports whether client gives up at a context's deadline.
-func honoursDeadlines(client redis.Scripter) bool {
-	switch c := client.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
-}
-
 // fallback returns the FailurePolicy's Result for a Redis failure of the
-// request of cost n by identity with id ("" to peek).
-func (l *Limiter) fallback(identity string, n int, id string, cause error) (Result, error) {
-	res := Result{Allowed: l.cfg.policy == FailOpen, Limit: l.cfg.limits[0], Fallback: true}
+// request of cost n with id ("" to peek) under set, whose levels count the
+// logs of stems, named names.
+func (l *Limiter) fallback(stems, names []string, n int, id string, set *limitSet, cause error) (Result, error) {
+	res := Result{Allowed: l.cfg.policy == FailOpen, Limit: set.limits[0], Fallback: true}
 	if l.local != nil {
-		res = l.local.decide(identity, n, id == "", time.Now())
+		res = l.local.decide(stems, names, n, id, set, time.Now())
 	} else if !res.Allowed {
 		res.RetryAfter = time.Second
 	}
@@ -414,6 +361,7 @@ func (l *Limiter) fallback(identity string, n int, id string, cause error) (Resu
 // observe applies shadow mode to a decision, reports it to the observer
 // and returns it.
 func (l *Limiter) observe(ctx context.Context, identity string, n int, start time.Time, res Result, err error) (Result, error) {
+	l.outage.observe(ctx, res, err)
 	res = l.shadowed(res, err)
 	if l.cfg.observe != nil {
 		l.cfg.observe(ctx, Observation{Identity: identity, Cost: n, Result: res, Err: err, Latency: time.Since(start)})

@@ -6,13 +6,19 @@ import (
 	"time"
 )
 
-// localLimits is FailLocal's in-process sliding-window log: per identity
-// and limit, the admissions of the last window, against a share of each
-// quota. It remembers at most capacity identities, forgetting the least
-// recently seen first. It is safe for concurrent use.
+// localSlots is how many entries an identity's local log keeps per
+// longest window: admissions closer together than that window's
+// localSlots-th share one entry, stamped with the latest of them, so that
+// the log's memory does not grow with the quota.
+const localSlots = 64
+
+// localLimits is FailLocal's in-process log: per identity, the admissions
+// of the last longest window any call counted on it, which every call's
+// own limits count against their shares, floor(quota / replicas), and the
+// requests it holds in flight. It remembers at most capacity identities,
+// forgetting the least recently seen first. It is safe for concurrent use.
 type localLimits struct {
-	limits   []Limit
-	shares   []int // per limit: floor(quota / replicas)
+	replicas int
 	capacity int
 
 	mu  sync.Mutex
@@ -23,83 +29,240 @@ type localLimits struct {
 // localEntry is one identity's log.
 type localEntry struct {
 	identity string
-	logs     [][]localUnit // per limit, oldest first
+	longest  time.Duration // the longest window counted on it lately
+	units    []localUnit   // oldest first
+	leases   []localLease  // in flight
 }
 
-// localUnit is one admission: its time and cost.
+// localUnit is the admissions of one stretch of time: their cost and
+// the number of them made by calls with a limit that counts requests
+// (Limit.Requests), stamped
+// with the latest of them, so that they leave every window no sooner than
+// each would have.
 type localUnit struct {
-	at   time.Time
-	cost int
+	first, at time.Time
+	cost      int
+	requests  int
 }
 
-func newLocalLimits(limits []Limit, replicas, capacity int) *localLimits {
-	l := &localLimits{limits: limits, capacity: capacity, lru: list.New(), ids: make(map[string]*list.Element)}
-	for _, lim := range limits {
-		l.shares = append(l.shares, lim.Quota/replicas)
+// counted is what lim counts of u: its requests or its cost.
+func (u localUnit) counted(lim Limit) int {
+	if lim.Requests {
+		return u.requests
 	}
-	return l
+	return u.cost
 }
 
-// decide admits a request of cost n by identity if every limit's share has
-// n units left in its window, recording it unless peek; the Result is
-// marked Fallback and carries no Statuses, like every fallback.
-func (l *localLimits) decide(identity string, n int, peek bool, now time.Time) Result {
+// localLease is a request in flight: its id and when its lease ends.
+type localLease struct {
+	id    string
+	until time.Time
+}
+
+func newLocalLimits(replicas, capacity int) *localLimits {
+	return &localLimits{replicas: replicas, capacity: capacity, lru: list.New(), ids: make(map[string]*list.Element)}
+}
+
+// decide admits a request of cost n with id ("" to peek) if every enforced
+// limit of set has room in its share, the limits of level i counting the
+// log of ids[i] (the Redis key stem of the level's identity, which no two
+// identities share), and records it; names are the levels' names for the
+// Statuses, nil for one identity. The Result is marked Fallback
+// and Local and carries one Status per limit of set, like a decision Redis
+// made, but counted against the shares.
+func (l *localLimits) decide(ids, names []string, n int, id string, set *limitSet, now time.Time) Result {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.entry(identity)
-	allowed := true
-	counts := make([]int, len(l.limits))
-	for i, lim := range l.limits {
-		log := e.logs[i]
-		k := 0
-		for k < len(log) && !log[k].at.After(now.Add(-lim.Window)) {
-			k++
+	entries := make([]*localEntry, len(ids))
+	for i, identity := range ids {
+		entries[i] = l.entry(identity)
+	}
+	level := func(i int) *localEntry {
+		if set.levels == nil {
+			return entries[0]
 		}
-		log = log[k:]
-		e.logs[i] = log
-		for _, u := range log {
-			counts[i] += u.cost
-		}
-		if counts[i]+n > l.shares[i] {
-			allowed = false
+		return entries[set.levels[i]]
+	}
+	for i, lim := range set.limits {
+		if e := level(i); !lim.InFlight {
+			e.longest = max(e.longest, lim.Window)
 		}
 	}
-	if allowed && !peek {
-		for i := range l.limits {
-			e.logs[i] = append(e.logs[i], localUnit{at: now, cost: n})
-			counts[i] += n
-		}
+	for _, e := range entries {
+		e.evict(now)
 	}
 
-	res := Result{Allowed: allowed, Fallback: true}
-	decider := -1
-	for i, lim := range l.limits {
-		remaining := max(l.shares[i]-counts[i], 0)
-		retry := time.Duration(0)
-		if !allowed && counts[i]+n > l.shares[i] {
-			retry = lim.Window // a cost above the share never fits: come back after a window
-			free := counts[i] + n - l.shares[i]
-			for _, u := range e.logs[i] {
-				if free -= u.cost; free <= 0 {
-					retry = u.at.Add(lim.Window).Sub(now)
-					break
+	counts := make([]int, len(set.limits))
+	allowed := true
+	for i, lim := range set.limits {
+		e, need := level(i), n
+		if lim.InFlight {
+			counts[i], need = len(e.leases), 1
+		} else {
+			if lim.Requests {
+				need = 1
+			}
+			for _, u := range e.units {
+				if u.at.After(now.Add(-lim.Window)) {
+					counts[i] += u.counted(lim)
 				}
 			}
 		}
-		reset := time.Duration(0)
-		if log := e.logs[i]; len(log) > 0 {
-			reset = log[len(log)-1].at.Add(lim.Window).Sub(now)
-		}
-		if decider < 0 || allowed && remaining < res.Remaining || !allowed && retry > res.RetryAfter {
-			decider = i
-			res.Limit, res.Remaining, res.RetryAfter, res.ResetAfter = lim, remaining, retry, reset
+		if counts[i]+need > l.share(lim) && !lim.Shadow {
+			allowed = false
 		}
 	}
-	if !allowed && res.RetryAfter <= 0 {
-		res.RetryAfter = time.Millisecond
+	if allowed && id != "" {
+		// A level's requests are counted only by calls with a limit that
+		// counts them there, as Redis keeps them in a log of their own
+		// that only such calls write.
+		requests := make([]bool, len(entries))
+		for i, lim := range set.limits {
+			if lim.Requests && !lim.InFlight {
+				if set.levels == nil {
+					requests[0] = true
+				} else {
+					requests[set.levels[i]] = true
+				}
+			}
+		}
+		for i, e := range entries {
+			e.record(n, requests[i], now)
+		}
+		for i, lim := range set.limits {
+			if lim.InFlight {
+				e := level(i)
+				e.leases = append(e.leases, localLease{id: id, until: now.Add(lim.Window)})
+				counts[i]++
+			} else if lim.Requests {
+				counts[i]++
+			} else {
+				counts[i] += n
+			}
+		}
+	}
+
+	res := Result{Allowed: allowed, Fallback: true, Local: true}
+	res.Statuses = make([]Status, len(set.limits))
+	decider := -1
+	for i, lim := range set.limits {
+		s := l.status(level(i), lim, counts[i], n, allowed, now)
+		if names != nil {
+			s.Level = names[set.levels[i]]
+		}
+		res.Statuses[i] = s
+		if lim.Shadow && decider >= 0 {
+			continue
+		}
+		if decider < 0 || set.limits[decider].Shadow {
+			decider = i
+			continue
+		}
+		d := res.Statuses[decider]
+		if allowed && s.Remaining < d.Remaining || !allowed && s.RetryAfter > d.RetryAfter {
+			decider = i
+		}
+	}
+	d := res.Statuses[decider]
+	res.Limit, res.Remaining, res.RetryAfter, res.ResetAfter = d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter
+	if allowed && id != "" {
+		res.d = new(decision)
+		res.d.admitted = admission{local: &localHold{lims: l, ids: ids}, id: id}
 	}
 	return res
 }
+
+// status returns the Status of lim, counting count on e after a decision
+// of cost n.
+func (l *localLimits) status(e *localEntry, lim Limit, count, n int, allowed bool, now time.Time) Status {
+	share := l.share(lim)
+	s := Status{Limit: lim, Remaining: max(share-count, 0)}
+	if lim.InFlight {
+		if !allowed && count+1 > share {
+			s.RetryAfter = lim.Window
+			for _, ls := range e.leases {
+				s.RetryAfter = min(s.RetryAfter, max(ls.until.Sub(now), time.Millisecond))
+			}
+		}
+		return s
+	}
+	if lim.Requests {
+		n = 1
+	}
+	if !allowed && count+n > share {
+		s.RetryAfter = lim.Window // a cost above the share never fits: come back after a window
+		free := count + n - share
+		for _, u := range e.units {
+			if !u.at.After(now.Add(-lim.Window)) {
+				continue
+			}
+			if free -= u.counted(lim); free <= 0 {
+				s.RetryAfter = max(u.at.Add(lim.Window).Sub(now), time.Millisecond)
+				break
+			}
+		}
+	}
+	if last := len(e.units) - 1; last >= 0 && count > 0 {
+		s.ResetAfter = max(e.units[last].at.Add(lim.Window).Sub(now), 0)
+	}
+	return s
+}
+
+// evict drops what left e's longest window, and its ended leases.
+func (e *localEntry) evict(now time.Time) {
+	k := 0
+	for k < len(e.units) && !e.units[k].at.After(now.Add(-e.longest)) {
+		k++
+	}
+	e.units = e.units[k:]
+	held := e.leases[:0]
+	for _, ls := range e.leases {
+		if ls.until.After(now) {
+			held = append(held, ls)
+		}
+	}
+	e.leases = held
+}
+
+// record adds an admission of cost n at now to e, and counts it as a
+// request if requests.
+func (e *localEntry) record(n int, requests bool, now time.Time) {
+	r := 0
+	if requests {
+		r = 1
+	}
+	slot := e.longest / localSlots
+	if last := len(e.units) - 1; last >= 0 && now.Sub(e.units[last].first) < slot {
+		e.units[last].at, e.units[last].cost = now, e.units[last].cost+n
+		e.units[last].requests += r
+		return
+	}
+	e.units = append(e.units, localUnit{first: now, at: now, cost: n, requests: r})
+}
+
+// release gives back the places in flight that the request id holds on
+// the identities ids.
+func (l *localLimits) release(ids []string, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, identity := range ids {
+		el, ok := l.ids[identity]
+		if !ok {
+			continue
+		}
+		e := el.Value.(*localEntry)
+		held := e.leases[:0]
+		for _, ls := range e.leases {
+			if ls.id != id {
+				held = append(held, ls)
+			}
+		}
+		e.leases = held
+	}
+}
+
+// share returns this process's share of lim's quota.
+func (l *localLimits) share(lim Limit) int { return lim.Quota / l.replicas }
 
 // entry returns identity's log, making it the most recently seen and
 // forgetting the least recently seen identity beyond capacity. l.mu is
@@ -109,7 +272,7 @@ func (l *localLimits) entry(identity string) *localEntry {
 		l.lru.MoveToFront(el)
 		return el.Value.(*localEntry)
 	}
-	e := &localEntry{identity: identity, logs: make([][]localUnit, len(l.limits))}
+	e := &localEntry{identity: identity}
 	l.ids[identity] = l.lru.PushFront(e)
 	if l.lru.Len() > l.capacity {
 		oldest := l.lru.Back()

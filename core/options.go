@@ -3,6 +3,7 @@ package slidelimit
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -80,6 +81,8 @@ type config struct {
 	failures      int
 	cooldown      time.Duration
 	deny          int // deny cache size
+	logger        *slog.Logger
+	quiet         bool // WithLogger(nil)
 }
 
 // WithLimits adds limits enforced together with the one given to New. A
@@ -112,14 +115,17 @@ func WithPrefix(prefix string) Option {
 //
 // The bound measures Redis, not this process: it starts when the round trip
 // carrying the call leaves, so time spent waiting behind other round trips
-// of the same client (see "Batching" in the package documentation) is not
-// counted. It also runs on while Redis answers the round trips sent before
-// the call's, and while this process or its host is too busy to have read
-// the reply (up to 1 s more), so a busy service never decides by the policy
-// just because it is busy; on a host with CPU to spare a dead Redis costs a
-// call d. The caller's own context still bounds the whole call. When a
-// round trip fails, the calls still waiting for that Redis node are decided
-// by the policy at once rather than each paying the timeout again.
+// of the same client (see "Connections and batching" in the package
+// documentation) is not counted. It also runs on while Redis answers the
+// round trips sent before the call's, and while this process or its host
+// is too busy to have read the reply (up to 1 s more), so a busy service
+// never decides by the policy just because it is busy; on a host with CPU
+// to spare a dead Redis costs a call d. The caller's own context still bounds the whole call. When Redis
+// leaves a round trip unanswered for d, the calls still waiting for that
+// Redis node whose own timeout is at most d are decided by the policy at
+// once rather than each paying it again; those of limiters with a longer
+// timeout on the same client are sent. A call answered TRYAGAIN (a Redis
+// Cluster slot migrating) is sent again while d leaves time for it.
 //
 // The bound holds whatever the client's settings. With go-redis's
 // ContextTimeoutEnabled the client itself gives up at the deadline, which
@@ -182,6 +188,19 @@ func WithObserver(observe Observer) Option {
 	}
 }
 
+// WithLogger sets where the limiter reports its outages: when Redis stops
+// deciding and the FailurePolicy takes over (one warning, with the first
+// error), and when Redis decides again (one line, with how many decisions
+// the policy made and for how long). Nothing is logged per call: every
+// call's error still goes to its caller, and to the adapters' error hooks.
+// The default is slog.Default(); nil reports nothing.
+func WithLogger(logger *slog.Logger) Option {
+	return func(c *config) error {
+		c.logger, c.quiet = logger, logger == nil
+		return nil
+	}
+}
+
 // WithDenyCache sets how many denied identities the limiter remembers, so
 // that further calls of a denied identity, with a cost at least the denied
 // one, are denied locally, without a Redis round trip, until the denial's
@@ -192,8 +211,10 @@ func WithObserver(observe Observer) Option {
 // records nothing, so no unit leaves any window before RetryAfter. A Refund
 // or Reset through this limiter clears the identity's entry; one made by
 // another process or limiter is not seen, so the cache may then deny for up
-// to the remaining RetryAfter longer than needed. Calls that carry an id from
-// ContextWithRequestID always ask Redis, which knows whether an earlier
+// to the remaining RetryAfter longer than needed. A denial by an in-flight
+// limit (InFlight) is not remembered, since a release may free a place at
+// any moment. Calls that carry an id from ContextWithRequestID always ask
+// Redis, which knows whether an earlier
 // attempt was admitted. Each entry takes about 150 bytes plus the identity
 // and 32 bytes per limit.
 func WithDenyCache(size int) Option {
@@ -225,15 +246,17 @@ const (
 
 // WithBreaker sets the circuit breaker: after failures consecutive round
 // trips to one Redis node fail (no answer within the timeout, a refused or
-// reset connection, CLUSTERDOWN, LOADING, TRYAGAIN, MASTERDOWN, READONLY),
+// reset connection, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY),
 // the limiter stops asking that node for cooldown and decides its calls at
 // once by the FailurePolicy, with an error wrapping ErrCircuitOpen and
 // ErrUnavailable. Then it lets one call through as a probe: an answer
 // closes the circuit, a failure opens it for another cooldown. Round trips
 // count, not calls, so a batch of many calls that fails counts once; and
 // each Cluster node has a circuit of its own, so a failed shard never
-// diverts the calls of healthy ones. failures 0 disables the breaker. The
-// defaults are DefaultBreakerFailures and DefaultBreakerCooldown.
+// diverts the calls of healthy ones. TRYAGAIN, which Redis Cluster answers
+// while it migrates a slot, is an answer and never counts. failures 0
+// disables the breaker. The defaults are DefaultBreakerFailures and
+// DefaultBreakerCooldown.
 func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(c *config) error {
 		if failures < 0 || failures > 0 && cooldown <= 0 {

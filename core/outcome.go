@@ -66,3 +66,17 @@ func joinObservers(a, b Observer) Observer {
 		b(ctx, o)
 	}
 }
+
+// ShadowDenied returns the shadow limits (Limit.Shadow) of the decision
+// that would have denied the request had they been enforced, in the order
+// of its Statuses: the metrics of a limit being rolled out count an
+// OutcomeShadowDenied for each, whatever the decision's own Outcome.
+func (o Observation) ShadowDenied() []Limit {
+	var out []Limit
+	for _, s := range o.Result.Statuses {
+		if s.Limit.Shadow && s.RetryAfter > 0 {
+			out = append(out, s.Limit)
+		}
+	}
+	return out
+}

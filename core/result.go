@@ -1,6 +1,9 @@
 package slidelimit
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Result is the outcome of one call to Allow, AllowN or Peek. A denial is a
 // Result with Allowed false, not an error.
@@ -25,13 +28,20 @@ type Result struct {
 	ResetAfter time.Duration
 	// Statuses holds one Status per limit, in the order of the limits that
 	// decided (the limiter's, or those given to AllowLimits). It is nil
-	// when Fallback is set.
+	// when Fallback is set, but for a Local one.
 	Statuses []Status
 	// Fallback reports that Redis could not be asked, and the decision was
 	// made by the limiter's FailurePolicy. The call that returned the Result
-	// also returned an error wrapping ErrUnavailable. A fallback Result
-	// claims no quota: header writers send only Retry-After on its denial.
+	// also returned an error wrapping ErrUnavailable. A fallback Result but
+	// a Local one claims no quota: header writers send only Retry-After on
+	// its denial.
 	Fallback bool
+	// Local reports a Fallback decided in this process by FailLocal, on
+	// this process's share of each of the call's limits: Limit, Remaining,
+	// RetryAfter, ResetAfter and Statuses describe those shares, and a
+	// denial is a denial (HTTP 429, gRPC ResourceExhausted), with header
+	// fields claiming the shares.
+	Local bool
 	// Shadow reports that the limits denied the request and the limiter,
 	// in shadow mode (WithShadow), admitted it anyway: Allowed is true and
 	// nothing was recorded. The other fields describe the denial, so an
@@ -55,6 +65,9 @@ type Result struct {
 type Status struct {
 	// Limit is the limit described.
 	Limit Limit
+	// Level is, for a decision of a tenant's tree (AllowTree), the
+	// Identity of the level the limit counts; empty otherwise.
+	Level string
 	// Remaining is how many units the limit has left in its window.
 	Remaining int
 	// RetryAfter is how long until this limit alone would admit the
@@ -91,12 +104,21 @@ func newDecision(n int) (*decision, []Status) {
 	return d, make([]Status, n)
 }
 
-// admission identifies the members one admitted request recorded. Its
-// keys are built again by Refund, from the limiter that made it.
+// localHold is where a request FailLocal admitted holds places in flight:
+// the log of the identities ids in lims.
+type localHold struct {
+	lims *localLimits
+	ids  []string
+}
+
+// admission identifies what one admitted request recorded, for Settle,
+// Refund, Release and Renew.
 type admission struct {
-	from     *Limiter // nil unless admitted
-	identity string   // whose keys, and whose deny cache entry Refund clears
-	id       string
-	cost     int
-	set      *limitSet // the limits that admitted it, for their keys
+	from  *Limiter   // nil unless admitted by Redis
+	local *localHold // for one admitted by FailLocal: the places it holds in flight
+	who   string     // whose deny cache entries a settlement clears
+	id    string
+	cost  atomic.Int64 // the units recorded, as last settled
+	set   *limitSet    // the limits that admitted it
+	keys  []string     // the keys it was decided on
 }

@@ -18,7 +18,7 @@ func TestRetriedCallCountsOnce(t *testing.T) {
 	ctx := t.Context()
 	id := newRequestID()
 	for i := range 3 {
-		res, err := lim.decide(ctx, "r", 2, id, &lim.own)
+		res, err := lim.decideOne(ctx, "r", 2, id, &lim.own)
 		if err != nil || !res.Allowed || res.Remaining != 3 || res.Statuses[1].Remaining != 48 {
 			t.Fatalf("attempt %d of one request of cost 2 = %+v, %v, want allowed with 3 and 48 left", i+1, res, err)
 		}

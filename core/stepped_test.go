@@ -165,17 +165,19 @@ func TestSteppedAndExactAreAtomic(t *testing.T) {
 	}
 }
 
-// steppedLog decodes a stepped log (see allow.lua): the total its header
+// steppedLog decodes a stepped log (see internal/script/stepped.lua): the total its header
 // holds, and how many of its ring's counts are not 0.
 func steppedLog(t *testing.T, rdb redis.Cmdable, key string) (total int64, buckets int) {
 	t.Helper()
 	raw, err := rdb.Get(t.Context(), key).Bytes()
-	if err != nil || len(raw) < 40 || (len(raw)-40)%4 != 0 {
-		t.Fatalf("GET %s = %d bytes, %v; want a header of 40 bytes and 4-byte counts", key, len(raw), err)
+	// A header of 48 bytes and 128 request ids of 20, then 4-byte counts.
+	const ring = 48 + 128*20
+	if err != nil || len(raw) < ring || (len(raw)-ring)%4 != 0 {
+		t.Fatalf("GET %s = %d bytes, %v; want %d bytes of header and ids, then 4-byte counts", key, len(raw), err, ring)
 	}
 	total = int64(math.Float64frombits(binary.LittleEndian.Uint64(raw[16:24])))
 	sum := int64(0)
-	for i := 40; i < len(raw); i += 4 {
+	for i := ring; i < len(raw); i += 4 {
 		if c := binary.BigEndian.Uint32(raw[i:]); c > 0 {
 			buckets++
 			sum += int64(c)

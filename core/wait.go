@@ -49,7 +49,10 @@ func (l *Limiter) Wait(ctx context.Context, identity string) (Result, error) {
 // WaitN returns at once:
 //   - with ctx.Err() when ctx ends while waiting, having recorded nothing
 //     for this caller (a decision Redis was making for it is passed to the
-//     next waiter of the same cost, or refunded);
+//     next waiter of the same cost, or refunded), but for a caller whose
+//     context carries an id of ContextWithRequestID: an admission Redis
+//     made for it stays recorded under its id, for it is its own, and the
+//     caller's retry with the same id is told it was admitted;
 //   - with an error wrapping ErrWouldExceedDeadline and
 //     context.DeadlineExceeded, and the denying Result, when ctx's
 //     deadline comes before the RetryAfter of the denial or the end of the
@@ -74,7 +77,7 @@ func (l *Limiter) WaitN(ctx context.Context, identity string, n int) (Result, er
 	if err := ctx.Err(); err != nil {
 		return Result{Limit: l.cfg.limits[0]}, err
 	}
-	w := &waiter{n: n, ctx: ctx, done: make(chan waitReply, 1)}
+	w := &waiter{n: n, ctx: ctx, done: make(chan waitReply, 1), ownID: ctx.Value(requestIDKey{}) != nil}
 	w.deadline, _ = ctx.Deadline()
 	q, refused := joinQueue(l, identity, w)
 	if refused != nil {
@@ -96,6 +99,7 @@ func (l *Limiter) WaitN(ctx context.Context, identity string, n int) (Result, er
 type waiter struct {
 	n        int
 	ctx      context.Context
+	ownID    bool      // ctx carries an id of ContextWithRequestID
 	deadline time.Time // zero without one
 	done     chan waitReply
 
@@ -242,10 +246,14 @@ func (q *waitQueue) run() {
 }
 
 // hand gives an admission made for head to head or, if head left, to the
-// next waiter of the same cost; with no such waiter, it is refunded.
+// next waiter of the same cost; with no such waiter, it is refunded. An
+// admission recorded under head's own id (ContextWithRequestID) is head's
+// alone: a retry of head with that id is told it was admitted, so giving
+// it to another would admit two requests for one unit, and refunding it
+// could race that retry.
 func (q *waitQueue) hand(head *waiter, r waitReply) {
 	queues.mu.Lock()
-	given := q.settle(head, r)
+	given := q.settle(head, r) || head.ownID
 	for i := 0; !given && i < len(q.waiters); i++ {
 		if w := q.waiters[i]; w.n == head.n {
 			given = q.settle(w, r)

@@ -237,9 +237,82 @@ func zcardOf(t *testing.T, rdb redis.UniversalClient, prefix, identity string, l
 	if err != nil {
 		t.Fatalf("Key = %v", err)
 	}
-	n, err := rdb.ZCard(t.Context(), key).Result()
+	n, err := rdb.ZCount(t.Context(), key, "0", "+inf").Result()
 	if err != nil {
 		t.Fatalf("ZCARD %s: %v", key, err)
 	}
 	return n
+}
+
+// TestAWaitersHeadLeavingKeepsItsOwnAdmission: the head waiter carries a
+// request id and leaves while Redis decides for it; the admission Redis
+// makes is the head's own, so the waiter behind it is not given it, and
+// the head's retry with its id is told it was admitted: one admission for
+// a limit of one.
+func TestAWaitersHeadLeavingKeepsItsOwnAdmission(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(1), slidelimit.WithTimeout(time.Minute), slidelimit.WithDenyCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := lim.Peek(ctx, "partner"); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	unpause := func() { _ = admin.Do(context.WithoutCancel(ctx), "CLIENT", "UNPAUSE").Err() }
+	defer unpause()
+
+	headCtx, leave := context.WithCancel(slidelimit.ContextWithRequestID(ctx, "X"))
+	headDone := make(chan error, 1)
+	go func() {
+		_, err := lim.Wait(headCtx, "partner")
+		headDone <- err
+	}()
+	awaitCond(t, "the head in the queue", func() bool { return slidelimit.Waiters(lim, "partner") == 1 })
+	otherCtx, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	otherDone := make(chan slidelimit.Result, 1)
+	go func() {
+		res, _ := lim.Wait(otherCtx, "partner")
+		otherDone <- res
+	}()
+	awaitCond(t, "the second waiter in the queue", func() bool { return slidelimit.Waiters(lim, "partner") == 2 })
+	leave() // while Redis, paused, has the head's decision
+	if err := <-headDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the head's Wait = %v, want context.Canceled", err)
+	}
+	unpause()
+	other := <-otherDone
+	retry, err := lim.Allow(slidelimit.ContextWithRequestID(ctx, "X"), "partner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Allowed {
+		t.Errorf("the waiter behind the head was given the head's admission (%+v), want it to wait for a unit of its own", other)
+	}
+	if !retry.Allowed {
+		t.Errorf("the head's retry with its id = %+v, want told it was admitted", retry)
+	}
+	if n := zcardOf(t, rdb, "slidelimit:", "partner", slidelimit.PerMinute(1)); n != 1 {
+		t.Errorf("the log holds %d units, want 1", n)
+	}
+}
+
+// awaitCond polls cond every millisecond for up to 10 s.
+func awaitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

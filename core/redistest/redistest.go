@@ -23,9 +23,12 @@ import (
 
 // Environment variables read by this package.
 const (
-	// EnvAddr holds the host:port of a standalone Redis.
+	// EnvAddr holds the host:port of a standalone Redis, or its URL
+	// (redis://user:password@host:port/db, rediss:// for TLS).
 	EnvAddr = "SLIDELIMIT_REDIS_ADDR"
-	// EnvClusterAddrs holds comma-separated host:port seeds of a Redis Cluster.
+	// EnvClusterAddrs holds comma-separated host:port seeds of a Redis
+	// Cluster, or a URL as go-redis's ParseClusterURL reads it
+	// (redis://user:password@host:port?addr=host2:port2, rediss:// for TLS).
 	EnvClusterAddrs = "SLIDELIMIT_REDIS_CLUSTER_ADDRS"
 	// EnvRequire, when "1", turns every skip for want of Redis into a failure.
 	EnvRequire = "SLIDELIMIT_REQUIRE_REDIS"
@@ -46,9 +49,16 @@ func Client(t testing.TB) *redis.Client {
 	if addr == "" {
 		addr = StartServer(t).Addr
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	opts := &redis.Options{Addr: addr}
+	if strings.Contains(addr, "://") {
+		var err error
+		if opts, err = redis.ParseURL(addr); err != nil {
+			t.Fatalf("redistest: %s: %v", EnvAddr, err)
+		}
+	}
+	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { _ = rdb.Close() })
-	ping(t, rdb, addr)
+	ping(t, rdb, opts.Addr)
 	return rdb
 }
 
@@ -61,9 +71,16 @@ func ClusterClient(t testing.TB) *redis.ClusterClient {
 	if seeds == "" {
 		unavailable(t, "no Redis Cluster: "+EnvClusterAddrs+" is not set")
 	}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(seeds, ",")})
+	opts := &redis.ClusterOptions{Addrs: strings.Split(seeds, ",")}
+	if strings.Contains(seeds, "://") {
+		var err error
+		if opts, err = redis.ParseClusterURL(seeds); err != nil {
+			t.Fatalf("redistest: %s: %v", EnvClusterAddrs, err)
+		}
+	}
+	rdb := redis.NewClusterClient(opts)
 	t.Cleanup(func() { _ = rdb.Close() })
-	ping(t, rdb, seeds)
+	ping(t, rdb, strings.Join(opts.Addrs, ","))
 	return rdb
 }
 

@@ -1,11 +1,14 @@
-package slidelimit
+package roundtrip
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,21 +34,22 @@ const (
 var errNoAnswer = fmt.Errorf("no answer from redis within the timeout: %w", context.DeadlineExceeded)
 
 // errNodeFailed is the failure of a call that was still waiting to be sent
-// when a round trip to its Redis node failed.
-var errNodeFailed = errors.New("redis failed while the call waited to be sent")
+// when Redis left a round trip to its node unanswered for as long as the
+// call's own timeout (see lane.next).
+var errNodeFailed = errors.New("redis stayed silent for the call's timeout while it waited to be sent")
 
 // errQueueFull is returned when a client's dispatcher holds as many waiting
 // calls as it may.
 var errQueueFull = errors.New("dispatch queue full")
 
 // unavailablePrefixes are the replies of a Redis that cannot serve the
-// limiter: now (a cluster reconfiguring, a replica, a loading or busy
-// server, full memory, failed persistence), or until someone changes its
+// limiter: now (a cluster down, a replica, a loading or busy server, full
+// memory, failed persistence), or until someone changes its
 // configuration (credentials or ACL rules, a full client table), which
 // must open the breaker just the same rather than cost a connection or a
 // command per call.
 var unavailablePrefixes = []string{
-	"CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN", "READONLY", "BUSY", "OOM", "MISCONF",
+	"CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "BUSY", "OOM", "MISCONF",
 	"NOREPLICAS", "WRONGPASS", "NOAUTH", "NOPERM",
 	// ERR replies, which redis.HasErrorPrefix reads without their "ERR ".
 	"max number of clients", "AUTH", "Client sent AUTH", "invalid password", "DB index is out of range", "invalid DB index",
@@ -87,10 +91,33 @@ func unavailableReply(err error) bool {
 	return false
 }
 
-// retryableReply reports whether err is worth sending again in a moment,
-// within the call's bound: the cluster is reconfiguring.
-func retryableReply(err error) bool {
-	return err != nil && (redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN"))
+// isClusterDown reports whether err says the Cluster cannot serve the slot
+// now: worth sending again in a moment, within the call's bound, and a
+// failure of the node's if it persists.
+func isClusterDown(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "CLUSTERDOWN")
+}
+
+// isTryAgain reports whether err is TRYAGAIN: Redis Cluster is migrating
+// the command's slot and holds only some of its keys, here or on the
+// node it redirects to (go-redis follows ASK), until the migration ends.
+// The node answered, and nothing ran: the command is worth sending again
+// within its bound, and never a failure of the node's. (A TRYAGAIN still
+// there when the bound passes is an error of the call's, like a script's
+// error.)
+func isTryAgain(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "TRYAGAIN")
+}
+
+// moving reports whether err says the command's slot is moving between
+// nodes: TRYAGAIN, or, from a ClusterClient (cluster), a MOVED or ASK that
+// go-redis stopped following once its MaxRedirects were spent on the
+// migration's redirects and TRYAGAIN. Either way the node answered and
+// nothing ran; go-redis has reloaded its slot map after the MOVED or ASK.
+// A client that is not a ClusterClient never follows a redirect, so one
+// sent to it again would only get it again.
+func moving(err error, cluster bool) bool {
+	return isTryAgain(err) || cluster && redirect(err)
 }
 
 // redirect reports whether err is a MOVED or ASK reply that go-redis did
@@ -134,4 +161,18 @@ func shouldReload(err error) bool {
 // isNoScript reports whether err says Redis does not know the script.
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// brokenConn reports whether err is a connection that broke under a
+// command: closed or reset by the peer.
+func brokenConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// isTimeout reports whether err is a deadline passing: a context's, or a
+// connection's read or write deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

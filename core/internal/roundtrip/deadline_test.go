@@ -1,4 +1,4 @@
-package slidelimit
+package roundtrip
 
 import (
 	"context"

@@ -1,14 +1,16 @@
-package slidelimit
+package roundtrip
 
 import (
 	"context"
 	"errors"
 	"net"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/core/internal/script"
 )
 
 // silentListener accepts connections and never answers.
@@ -39,6 +41,12 @@ func silentListener(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// command returns a command of the allow script on key, for a Redis that
+// never answers it.
+func command(key string) script.Command {
+	return append(script.NewCommand(1, 1), key, 1)
+}
+
 // waitFor polls cond for up to 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -52,8 +60,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // TestQueueFull fills a dispatcher shrunk to one round trip of one call and
-// a queue of two: the next call is decided by the policy at once, with an
-// error wrapping ErrUnavailable, and says nothing to the breaker.
+// a queue of two: the next call fails at once with errQueueFull, and says
+// nothing to the breaker.
 func TestQueueFull(t *testing.T) {
 	// Short socket timeouts end the silent round trip soon after the callers
 	// leave; newer go-redis versions first wait on their connection set-up
@@ -61,17 +69,14 @@ func TestQueueFull(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
-	lim, err := New(rdb, PerMinute(5), WithTimeout(time.Minute), WithFailurePolicy(FailClosed), WithBreaker(1, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := lim.disp
+	c := New(rdb, Config{Timeout: time.Minute, BreakerFailures: 1, BreakerCooldown: time.Minute})
+	d := c.disp
 	d.maxInFlight, d.maxBatch, d.maxQueue = 1, 1, 2
 	ctx, cancel := context.WithCancel(t.Context())
 	left := make(chan error, 3)
 	for range 3 {
 		go func() {
-			_, err := lim.Allow(ctx, "q")
+			_, err := c.Decide(ctx, command("q"))
 			left <- err
 		}()
 	}
@@ -82,12 +87,11 @@ func TestQueueFull(t *testing.T) {
 		return ln.inFlight == 1 && len(ln.queue) == 2
 	})
 	start := time.Now()
-	res, err := lim.Allow(t.Context(), "q")
-	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, errQueueFull) || res.Allowed || !res.Fallback {
-		t.Fatalf("Allow with the queue full = %+v, %v, want a fail-closed fallback wrapping ErrUnavailable", res, err)
+	if _, err := c.Decide(t.Context(), command("q")); !errors.Is(err, errQueueFull) {
+		t.Fatalf("Decide with the queue full = %v, want errQueueFull", err)
 	}
 	t.Logf("a call meeting a full queue was decided in %v", time.Since(start))
-	if _, err := lim.brk.admit(""); err != nil {
+	if _, err := c.brk.admit(""); err != nil {
 		t.Errorf("after a full queue the breaker = %v, want closed: a full queue is not a Redis failure", err)
 	}
 	cancel()
@@ -123,10 +127,10 @@ func TestLoneCallerLeaves(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	first := make(chan outcome, 1)
-	go func() { first <- d.do(ctx, "", append(newCommand(1, 1), "k", 1), time.Minute) }()
+	go func() { first <- d.do(ctx, "", command("k"), time.Minute) }()
 	waitFor(t, "the lone call in flight", func() bool { n, _ := lane(); return n == 1 })
 	second := make(chan outcome, 1)
-	go func() { second <- d.do(t.Context(), "", append(newCommand(1, 1), "k", 1), time.Minute) }()
+	go func() { second <- d.do(t.Context(), "", command("k"), time.Minute) }()
 	waitFor(t, "a second call queued", func() bool { _, q := lane(); return q == 1 })
 
 	cancel()
@@ -149,115 +153,40 @@ func TestLoneCallerLeaves(t *testing.T) {
 
 // TestDirectCallKeepsTheTimeout sends lone calls, each on its caller's
 // goroutine, through a client that gives up at a context's deadline, to a
-// Redis that never answers: each is decided by the policy once the
-// limiter's timeout passes, long before the client's own ReadTimeout, and
-// counts as a failed round trip, so the breaker opens.
+// Redis that never answers: each fails once the Caller's timeout passes,
+// long before the client's own ReadTimeout, and counts as a failed round
+// trip, so the breaker opens.
 func TestDirectCallKeepsTheTimeout(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: silentListener(t), MaxRetries: -1, ContextTimeoutEnabled: true,
 		ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	t.Cleanup(func() { _ = rdb.Close() })
-	lim, err := New(rdb, PerMinute(5), WithTimeout(50*time.Millisecond), WithFailurePolicy(FailClosed), WithBreaker(2, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !lim.disp.bounded {
+	c := New(rdb, Config{Timeout: 50 * time.Millisecond, BreakerFailures: 2, BreakerCooldown: time.Minute})
+	if !c.disp.bounded {
 		t.Fatal("a client with ContextTimeoutEnabled is not taken as giving up at a deadline")
 	}
 	// As if the node had answered before: a lone call to a node never
 	// answered goes through a round trip that allows for dialing.
-	lim.disp.lane("").answered.Store(time.Now().UnixNano())
+	c.disp.lane("").answered.Store(time.Now().UnixNano())
 	for i := range 2 {
 		start := time.Now()
-		res, err := lim.Allow(t.Context(), "d")
-		if !errors.Is(err, ErrUnavailable) || res.Allowed || !res.Fallback || !isTimeout(err) {
-			t.Fatalf("lone Allow #%d to a silent Redis = %+v, %v; want a fail-closed fallback on a timeout", i+1, res, err)
+		if _, err := c.Decide(t.Context(), command("d")); !isTimeout(err) {
+			t.Fatalf("lone Decide #%d to a silent Redis = %v; want a timeout", i+1, err)
 		}
 		// The bound is the client's ReadTimeout, which the call must not wait for.
 		if took := time.Since(start); took > 30*time.Second {
-			t.Fatalf("lone Allow #%d took %v: it waited for the client's ReadTimeout", i+1, took)
+			t.Fatalf("lone Decide #%d took %v: it waited for the client's ReadTimeout", i+1, took)
 		}
 	}
-	if _, err := lim.brk.admit(""); !errors.Is(err, ErrCircuitOpen) {
+	if _, err := c.brk.admit(""); !errors.Is(err, ErrCircuitOpen) {
 		t.Errorf("after two lone calls timed out the breaker = %v, want open", err)
 	}
 }
 
-// TestBreakerIsPerNode fails one node: only its circuit opens.
-func TestBreakerIsPerNode(t *testing.T) {
-	b := newBreaker(2, time.Minute)
-	b.record("a", 1, healthFailed, false)
-	b.record("a", 1, healthFailed, false) // the same round trip counts once
-	if _, err := b.admit("a"); err != nil {
-		t.Fatalf("after one failed round trip admit(a) = %v, want closed", err)
-	}
-	b.record("a", 2, healthFailed, false)
-	if _, err := b.admit("a"); !errors.Is(err, ErrCircuitOpen) {
-		t.Fatalf("after two failed round trips admit(a) = %v, want ErrCircuitOpen", err)
-	}
-	if probe, err := b.admit("b"); err != nil || probe {
-		t.Fatalf("admit(b) = %v, %v, want closed: b never failed", probe, err)
-	}
-	b.record("b", 3, healthOK, false)
-	if _, err := b.admit("a"); !errors.Is(err, ErrCircuitOpen) {
-		t.Fatalf("after b answered admit(a) = %v, want still open", err)
-	}
-	if newBreaker(0, time.Second) != nil {
-		t.Error("newBreaker(0, …) is enabled, want nil")
-	}
-}
-
-// TestBreakerCountsRoundTripsEndingOutOfOrder: round trips in flight
-// together fail in any order, and each counts once, so the breaker opens
-// after as many failed round trips as it is set to, not as many waves.
-func TestBreakerCountsRoundTripsEndingOutOfOrder(t *testing.T) {
-	b := newBreaker(4, time.Minute)
-	for _, rt := range []uint64{13, 11, 13, 12, 11} {
-		b.record("a", rt, healthFailed, false)
-	}
-	if _, err := b.admit("a"); err != nil {
-		t.Fatalf("after 3 failed round trips (5 calls) admit = %v, want closed", err)
-	}
-	b.record("a", 10, healthFailed, false)
-	if _, err := b.admit("a"); !errors.Is(err, ErrCircuitOpen) {
-		t.Fatalf("after round trips 13, 11, 12 and 10 failed admit = %v, want ErrCircuitOpen", err)
-	}
-}
-
-// TestLocalLimitsForgetsLeastRecent bounds FailLocal's memory.
-func TestLocalLimitsForgetsLeastRecent(t *testing.T) {
-	l := newLocalLimits([]Limit{Per(2, time.Minute)}, 1, 2)
-	now := time.Now()
-	for _, id := range []string{"a", "a", "b", "c"} {
-		l.decide(id, 1, false, now)
-	}
-	if n := l.len(); n != 2 {
-		t.Fatalf("remembered %d identities, want the capacity 2", n)
-	}
-	if res := l.decide("a", 1, false, now); !res.Allowed || res.Remaining != 1 {
-		t.Fatalf("decide(a) after it was forgotten = %+v, want a fresh window", res)
-	}
-	if res := l.decide("c", 1, false, now); !res.Allowed || res.Remaining != 0 {
-		t.Fatalf("decide(c) = %+v, want allowed with 0 left", res)
-	}
-	res := l.decide("c", 1, false, now.Add(10*time.Second))
-	if res.Allowed || res.RetryAfter != 50*time.Second || !res.Fallback {
-		t.Fatalf("decide(c) over the quota = %+v, want a fallback denial for 50s", res)
-	}
-	if res := l.decide("c", 1, false, now.Add(time.Minute+time.Millisecond)); !res.Allowed {
-		t.Fatalf("decide(c) a window later = %+v, want allowed", res)
-	}
-	// A share of zero admits nothing.
-	zero := newLocalLimits([]Limit{Per(2, time.Minute)}, 3, 10)
-	if res := zero.decide("z", 1, false, now); res.Allowed || res.RetryAfter <= 0 {
-		t.Fatalf("decide with a share of 0 = %+v, want denied", res)
-	}
-}
-
-// TestDispatcherGoesWithItsLimiters makes limiters on clients that the test
+// TestDispatcherGoesWithItsCallers makes Callers on clients that the test
 // then drops: their dispatchers, and the registry's entries for them, go
 // once the garbage collector has run, so a process that makes clients as it
 // goes keeps none of them alive.
-func TestDispatcherGoesWithItsLimiters(t *testing.T) {
+func TestDispatcherGoesWithItsCallers(t *testing.T) {
 	entries := func() int {
 		n := 0
 		dispatchers.Range(func(_, _ any) bool { n++; return true })
@@ -267,14 +196,12 @@ func TestDispatcherGoesWithItsLimiters(t *testing.T) {
 	func() {
 		for range 20 {
 			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-			if _, err := New(rdb, PerMinute(5)); err != nil {
-				t.Fatal(err)
-			}
+			_ = New(rdb, Config{})
 			_ = rdb.Close()
 		}
 	}()
 	if got := entries(); got < before+20 {
-		t.Fatalf("after 20 limiters on 20 clients the registry holds %d entries, want at least %d", got, before+20)
+		t.Fatalf("after 20 Callers on 20 clients the registry holds %d entries, want at least %d", got, before+20)
 	}
 	waitFor(t, "the dropped clients' dispatchers to go", func() bool {
 		runtime.GC()
@@ -304,15 +231,12 @@ func TestDialOutlivesWhatWaitGrants(t *testing.T) {
 			return dialer.DialContext(ctx, network, addr)
 		}})
 	t.Cleanup(func() { _ = rdb.Close() })
-	lim, err := New(rdb, PerMinute(5), WithTimeout(timeout), WithFailurePolicy(FailClosed))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := New(rdb, Config{Timeout: timeout})
 	// Every deadline is measured from before the call, so the time a busy
 	// host takes between the call and its dial cannot hide a short one.
 	before := time.Now()
-	if res, err := lim.Allow(t.Context(), "dial"); !errors.Is(err, ErrUnavailable) || res.Allowed {
-		t.Fatalf("Allow against a silent Redis = %+v, %v; want a fail-closed fallback", res, err)
+	if _, err := c.Decide(t.Context(), command("dial")); err == nil {
+		t.Fatal("Decide against a silent Redis succeeded, want an error")
 	}
 	close(deadlines)
 	n := 0
@@ -323,6 +247,57 @@ func TestDialOutlivesWhatWaitGrants(t *testing.T) {
 		}
 	}
 	if n == 0 {
-		t.Fatal("Allow opened no connection")
+		t.Fatal("Decide opened no connection")
+	}
+}
+
+// TestFailedRoundTripDecidesOnlyWhatItsSilenceOutlasts ends a round trip
+// after which Redis had been silent 25 ms, with calls of several timeouts
+// waiting: those of 20 and 25 ms are decided at once, since Redis was
+// silent for their whole timeout; those of 10 s, 30 ms and of no timeout
+// stay and leave in the next batch. An answer from Redis since shortens the
+// silence that counts.
+func TestFailedRoundTripDecidesOnlyWhatItsSilenceOutlasts(t *testing.T) {
+	timeouts := []time.Duration{20 * time.Millisecond, 10 * time.Second, 0, 25 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond}
+	fill := func() (*lane, []*call) {
+		ln := &lane{d: &dispatcher{maxBatch: maxBatch, maxInFlight: 1, maxQueue: maxQueue}}
+		ln.inFlight = 1
+		var calls []*call
+		for _, timeout := range timeouts {
+			c := &call{timeout: timeout, out: make(chan outcome, 1)}
+			calls = append(calls, c)
+			ln.queue = append(ln.queue, c)
+		}
+		return ln, calls
+	}
+
+	ln, calls := fill()
+	batch := ln.next(25 * time.Millisecond)
+	var sentTimeouts []time.Duration
+	for _, c := range batch {
+		sentTimeouts = append(sentTimeouts, c.timeout)
+	}
+	if want := []time.Duration{10 * time.Second, 0, 30 * time.Millisecond}; !slices.Equal(sentTimeouts, want) {
+		t.Errorf("after 25 ms of silence the next batch holds calls of timeouts %v, want %v", sentTimeouts, want)
+	}
+	for _, c := range calls {
+		decided := false
+		select {
+		case o := <-c.out:
+			decided = true
+			if !errors.Is(o.err, errNodeFailed) || o.h != healthUnknown {
+				t.Errorf("a waiting call of %v got %v (health %v), want errNodeFailed saying nothing of Redis", c.timeout, o.err, o.h)
+			}
+		default:
+		}
+		if want := c.timeout == 20*time.Millisecond || c.timeout == 25*time.Millisecond; decided != want {
+			t.Errorf("after 25 ms of silence a waiting call of %v decided = %v, want %v", c.timeout, decided, want)
+		}
+	}
+
+	ln, calls = fill()
+	ln.answered.Store(time.Now().UnixNano())
+	if batch := ln.next(25 * time.Millisecond); len(batch) != len(calls) {
+		t.Errorf("with Redis answering just now, the next batch holds %d of %d waiting calls, want all", len(batch), len(calls))
 	}
 }

@@ -1,0 +1,321 @@
+package slidelimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/redistest"
+)
+
+// allowN is AllowN that fails the test on an error.
+func allowNOK(t *testing.T, lim *slidelimit.Limiter, identity string, n int) slidelimit.Result {
+	t.Helper()
+	res, err := lim.AllowN(t.Context(), identity, n)
+	if err != nil {
+		t.Fatalf("AllowN(%q, %d) = %v", identity, n, err)
+	}
+	return res
+}
+
+// peekRemaining returns what Peek says is left under each limit.
+func peekRemaining(t *testing.T, lim *slidelimit.Limiter, identity string) []int {
+	t.Helper()
+	res, err := lim.Peek(t.Context(), identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, s := range res.Statuses {
+		out = append(out, s.Remaining)
+	}
+	return out
+}
+
+// TestSettleCorrectsTheEstimate reserves estimates and settles actual
+// costs: fewer units give the rest back, more record the excess, which
+// stands over the quota until it leaves; a second settle to the same cost
+// changes nothing; exact and stepped limits alike.
+func TestSettleCorrectsTheEstimate(t *testing.T) {
+	for _, limit := range []slidelimit.Limit{slidelimit.PerMinute(100), slidelimit.PerMinute(100).Stepped(time.Second)} {
+		t.Run(limit.String()+"/"+limit.Resolution().String(), func(t *testing.T) {
+			clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+				lim, _ := newLimiter(t, rdb, limit)
+				ctx := t.Context()
+				a := allowNOK(t, lim, "llm", 60)
+				if err := lim.Settle(ctx, a, 20); err != nil {
+					t.Fatal(err)
+				}
+				if got := peekRemaining(t, lim, "llm"); got[0] != 80 {
+					t.Fatalf("after settling 60 to 20, Remaining = %d, want 80", got[0])
+				}
+				if err := lim.Settle(ctx, a, 20); err != nil { // retried
+					t.Fatal(err)
+				}
+				if got := peekRemaining(t, lim, "llm"); got[0] != 80 {
+					t.Fatalf("after settling to 20 twice, Remaining = %d, want 80", got[0])
+				}
+				b := allowNOK(t, lim, "llm", 50)
+				if err := lim.Settle(ctx, b, 70); err != nil {
+					t.Fatal(err)
+				}
+				if got := peekRemaining(t, lim, "llm"); got[0] != 10 {
+					t.Fatalf("after settling 50 up to 70, Remaining = %d, want 10", got[0])
+				}
+				if err := lim.Refund(ctx, b); err != nil {
+					t.Fatal(err)
+				}
+				if got := peekRemaining(t, lim, "llm"); got[0] != 80 {
+					t.Fatalf("after refunding the second request, Remaining = %d, want 80", got[0])
+				}
+				c := allowNOK(t, lim, "llm", 50)
+				if err := lim.Settle(ctx, c, 130); err != nil {
+					t.Fatal(err)
+				}
+				// 20 + 130 = 150 in a window of 100: denied, with a retry
+				// for when the excess leaves.
+				res, err := lim.AllowN(ctx, "llm", 1)
+				if err != nil || res.Allowed || res.Remaining != 0 || res.RetryAfter <= 0 {
+					t.Fatalf("a window 50 over its quota = %+v, %v; want denied with a RetryAfter", res, err)
+				}
+				if err := lim.Settle(ctx, a, -1); !errors.Is(err, slidelimit.ErrInvalidCost) {
+					t.Errorf("Settle(-1) = %v, want ErrInvalidCost", err)
+				}
+			})
+		})
+	}
+}
+
+// TestInFlightHoldsPlaces: an in-flight limit admits as many requests as
+// it has places; a release frees one; a lease that ends frees one by
+// itself; Renew keeps a place, and tells when a lease ended already.
+func TestInFlightHoldsPlaces(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		lim, _ := newLimiter(t, rdb, slidelimit.InFlight(2, time.Minute), slidelimit.WithDenyCache(0))
+		ctx := t.Context()
+		a, b := allow(t, lim, "w"), allow(t, lim, "w")
+		if !a.Allowed || !b.Allowed {
+			t.Fatalf("two requests under 2 in flight = %v, %v; want both admitted", a.Allowed, b.Allowed)
+		}
+		if res := allow(t, lim, "w"); res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > time.Minute {
+			t.Fatalf("a third = %+v, want denied until a lease ends at the latest", res)
+		}
+		if err := lim.Release(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		c := allow(t, lim, "w")
+		if !c.Allowed {
+			t.Fatalf("a request after a release = %+v, want admitted", c)
+		}
+		if err := lim.Renew(ctx, b); err != nil {
+			t.Errorf("Renew(a held place) = %v, want nil", err)
+		}
+		if err := lim.Release(ctx, a); err != nil { // twice
+			t.Fatal(err)
+		}
+		if res := allow(t, lim, "w"); res.Allowed {
+			t.Fatalf("a request with 2 of 2 held = %+v, want denied: a second release frees nothing", res)
+		}
+
+		short, _ := newLimiter(t, rdb, slidelimit.InFlight(1, 50*time.Millisecond), slidelimit.WithDenyCache(0))
+		held := allow(t, short, "s")
+		if !held.Allowed {
+			t.Fatal("the first request under 1 in flight was denied")
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !allow(t, short, "s").Allowed {
+			if time.Now().After(deadline) {
+				t.Fatal("a lease of 50 ms still held its place after 10 s")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := short.Renew(ctx, held); !errors.Is(err, slidelimit.ErrLeaseEnded) {
+			t.Errorf("Renew of a lease that ended = %v, want ErrLeaseEnded", err)
+		}
+	})
+}
+
+// TestInFlightAndRatesDecideTogether: requests per minute, tokens per
+// minute and requests in flight in one decision, all or nothing: a denial
+// by any takes nothing from the others.
+func TestInFlightAndRatesDecideTogether(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		rpm, tpm, inflight := slidelimit.PerMinute(10).Named("rpm").ForRequests(), slidelimit.PerMinute(5000).Named("tpm"),
+			slidelimit.InFlight(1, time.Minute).Named("inflight")
+		lim, _ := newLimiter(t, rdb, rpm, slidelimit.WithLimits(tpm, inflight), slidelimit.WithDenyCache(0))
+		ctx := t.Context()
+		first := allowNOK(t, lim, "k", 1000)
+		if !first.Allowed {
+			t.Fatalf("the first request = %+v, want admitted", first)
+		}
+		second := allowNOK(t, lim, "k", 1000)
+		if second.Allowed || second.Limit != inflight {
+			t.Fatalf("a second in flight = %+v, want denied by %v", second, inflight)
+		}
+		if got := peekRemaining(t, lim, "k"); got[0] != 9 || got[1] != 4000 {
+			t.Fatalf("after a denial by the in-flight limit, Remaining = %v, want 9 and 4000: it took nothing", got)
+		}
+		if err := lim.Settle(ctx, first, 300); err != nil {
+			t.Fatal(err)
+		}
+		if got := peekRemaining(t, lim, "k"); got[0] != 9 || got[1] != 4700 || got[2] != 1 {
+			t.Fatalf("after settling to 300 with the release, Remaining = %v, want 9, 4700 and 1", got)
+		}
+	})
+}
+
+// TestAShadowLimitChangesNothingButItsReport: a plan with a shadow limit
+// gives the same decisions and header fields as the plan without it, and
+// the observer hears of the shadow's would-be denials.
+func TestAShadowLimitChangesNothingButItsReport(t *testing.T) {
+	rdb := redistest.Client(t)
+	enforced := slidelimit.PerMinute(5).Named("enforced")
+	shadow := slidelimit.PerMinute(2).Named("tighter").Shadowed()
+	var denied []string
+	with, _ := newLimiter(t, rdb, enforced, slidelimit.WithLimits(shadow), slidelimit.WithDenyCache(0),
+		slidelimit.WithObserver(func(_ context.Context, o slidelimit.Observation) {
+			for _, l := range o.ShadowDenied() {
+				denied = append(denied, l.String())
+			}
+		}))
+	without, _ := newLimiter(t, rdb, enforced, slidelimit.WithDenyCache(0))
+	for i := range 7 {
+		a, b := allow(t, with, "s"), allow(t, without, "s")
+		ha, hb := http.Header{}, http.Header{}
+		slidelimit.Headers{}.SetHeader(a, ha)
+		slidelimit.Headers{}.SetHeader(b, hb)
+		if a.Allowed != b.Allowed || a.Remaining != b.Remaining || a.Limit != b.Limit {
+			t.Fatalf("request %d: with a shadow limit %+v, without %+v; want the same decision", i, a, b)
+		}
+		for _, f := range []string{slidelimit.FieldRateLimitPolicy, slidelimit.FieldRateLimit, slidelimit.FieldRetryAfter, slidelimit.FieldXRateLimitRemaining} {
+			if ha.Get(f) != hb.Get(f) {
+				t.Fatalf("request %d: %s = %q with a shadow limit, %q without", i, f, ha.Get(f), hb.Get(f))
+			}
+		}
+	}
+	// The shadow of 2 would have denied requests 3 to 5 (6 and 7 were
+	// denied by the enforced limit and recorded nothing).
+	if len(denied) != 5 {
+		t.Errorf("the observer heard of %d shadow denials (%v), want 5: requests 3 to 7", len(denied), denied)
+	}
+}
+
+// TestATreeDecidesAllOrNothing: three levels of a tenant in one decision;
+// a denial at any level takes nothing at the others, each level's count
+// is exact, and a refund gives back at every level.
+func TestATreeDecidesAllOrNothing(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(1000), slidelimit.WithDenyCache(0))
+		ctx := t.Context()
+		tree := func(key string) []slidelimit.Level {
+			return []slidelimit.Level{
+				{Limits: []slidelimit.Limit{slidelimit.PerMinute(10).Named("org")}},
+				{Identity: "team:a", Limits: []slidelimit.Limit{slidelimit.PerMinute(6).Named("team")}},
+				{Identity: key, Limits: []slidelimit.Limit{slidelimit.PerMinute(4).Named("key")}},
+			}
+		}
+		var last slidelimit.Result
+		for i := range 5 {
+			res, err := lim.AllowTree(ctx, "org:acme", 1, tree("key:1")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed != (i < 4) {
+				t.Fatalf("request %d of key 1 = %+v, want admitted %v", i, res, i < 4)
+			}
+			if i == 4 && (res.Limit.Name != "key" || res.Statuses[2].Level != "key:1") {
+				t.Fatalf("the fifth request of key 1 = %+v, want denied by the key's level", res)
+			}
+			if i == 0 {
+				last = res
+			}
+		}
+		for i := range 3 {
+			res, err := lim.AllowTree(ctx, "org:acme", 1, tree("key:2")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed != (i < 2) {
+				t.Fatalf("request %d of key 2 = %+v, want admitted %v (the team holds 6)", i, res, i < 2)
+			}
+		}
+		// The tenant's own count: 6 of the org's 10, shared with its plain calls.
+		res, err := lim.PeekLimits(ctx, "org:acme", slidelimit.PerMinute(10).Named("org"))
+		if err != nil || res.Remaining != 4 {
+			t.Fatalf("the org's own log after 6 admissions = %+v, %v; want 4 left", res, err)
+		}
+		if err := lim.Refund(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+		res, err = lim.AllowTree(ctx, "org:acme", 1, tree("key:2")...)
+		if err != nil || !res.Allowed {
+			t.Fatalf("after a refund at every level, a request of key 2 = %+v, %v; want admitted", res, err)
+		}
+		if _, err := lim.AllowTree(ctx, "org:acme", 1); !errors.Is(err, slidelimit.ErrInvalidLimit) {
+			t.Errorf("AllowTree with no level = %v, want ErrInvalidLimit", err)
+		}
+	})
+}
+
+// TestExactCostsAreBounded: a decision adds at most MaxExactCost units to
+// exact logs, all its levels together, so that it stays short in Redis; a
+// stepped limit takes any cost its quota allows; a settle of more units
+// goes in several calls and ends exact.
+func TestExactCostsAreBounded(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(1000), slidelimit.WithDenyCache(0))
+	ctx := t.Context()
+	if _, err := lim.AllowN(ctx, "e", slidelimit.MaxExactCost+1); !errors.Is(err, slidelimit.ErrInvalidCost) {
+		t.Errorf("AllowN(%d) under an exact limit = %v, want ErrInvalidCost", slidelimit.MaxExactCost+1, err)
+	}
+	if res, err := lim.AllowLimits(ctx, "s", 900, slidelimit.PerMinute(1000).Stepped(time.Second)); err != nil || !res.Allowed {
+		t.Errorf("AllowLimits(900) under a stepped limit = %+v, %v; want admitted", res, err)
+	}
+	two := []slidelimit.Level{
+		{Limits: []slidelimit.Limit{slidelimit.PerMinute(1000).Named("org")}},
+		{Identity: "team", Limits: []slidelimit.Limit{slidelimit.PerMinute(1000).Named("team")}},
+	}
+	if _, err := lim.AllowTree(ctx, "t", slidelimit.MaxExactCost/2+1, two...); !errors.Is(err, slidelimit.ErrInvalidCost) {
+		t.Errorf("AllowTree of two exact levels, cost %d = %v, want ErrInvalidCost", slidelimit.MaxExactCost/2+1, err)
+	}
+	res := allowNOK(t, lim, "e", 1)
+	if err := lim.Settle(ctx, res, 700); err != nil {
+		t.Fatal(err)
+	}
+	if got := peekRemaining(t, lim, "e"); got[0] != 300 {
+		t.Fatalf("after settling 1 to 700, Remaining = %d, want 300", got[0])
+	}
+	if err := lim.Settle(ctx, res, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := peekRemaining(t, lim, "e"); got[0] != 998 {
+		t.Fatalf("after settling 700 back to 2, Remaining = %d, want 998", got[0])
+	}
+}
+
+// TestAShadowLimitBelowTheCost: a shadow limit whose quota is below a
+// request's cost would deny it whatever its window holds; the request is
+// decided by the enforced limit alone, and the shadow reported as a
+// would-be denial with a RetryAfter of its window (before the fix, the
+// script read the log from the wrong end and failed the call).
+func TestAShadowLimitBelowTheCost(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		shadow := slidelimit.PerMinute(2).Named("tighter").Shadowed()
+		lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(100), slidelimit.WithLimits(shadow), slidelimit.WithDenyCache(0))
+		for i := range 3 {
+			res, err := lim.AllowN(t.Context(), "s", 5)
+			if err != nil || !res.Allowed {
+				t.Fatalf("AllowN(5) #%d under 100/min and a shadow of 2/min = %+v, %v; want admitted", i+1, res, err)
+			}
+			for _, st := range res.Statuses {
+				if st.Limit.Name == "tighter" && st.RetryAfter != time.Minute {
+					t.Errorf("AllowN(5) #%d: the shadow's RetryAfter = %v, want its window", i+1, st.RetryAfter)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,219 @@
+// Package script holds the limiter's Lua scripts and their protocol: which
+// keys and arguments a script call takes, how several decisions travel in
+// one call, and how replies are read. It knows nothing of round trips, and
+// nothing of the package slidelimit's types.
+package script
+
+import (
+	_ "embed"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed prelude.lua
+	preludeSource string
+	//go:embed exact.lua
+	exactLogSource string
+	//go:embed stepped.lua
+	steppedSource string
+	//go:embed decide.lua
+	decideSource string
+	//go:embed inflight.lua
+	inflightSource string
+	//go:embed settle.lua
+	settleSource string
+	//go:embed reset.lua
+	resetSource string
+	//go:embed block.lua
+	blockSource string
+	//go:embed blocked.lua
+	blockedSource string
+)
+
+// The allow script decides requests (decide.lua describes its protocol).
+// It comes in two forms made of the same files: allowSource decides any
+// plan, and exactSource, without the stepped log's helpers, only plans
+// whose limits are all exact, which it decides with less for Redis to run
+// at each call.
+var (
+	allowSource = logsSource + decideSource
+	exactSource = preludeSource + exactLogSource + decideSource
+)
+
+// logsSource is the code of every log, which a script that may meet any of
+// them starts with.
+var logsSource = preludeSource + exactLogSource + steppedSource + inflightSource
+
+// The scripts, run by EVALSHA and sent whole only when Redis answers
+// NOSCRIPT: after SCRIPT FLUSH, a restart, a failover or on a new cluster
+// shard.
+var (
+	// Allow decides requests of any plan, alone or in the batch form.
+	Allow = redis.NewScript(allowSource)
+	// Exact decides a request of a plan without stepped limits.
+	Exact = redis.NewScript(exactSource)
+	// Settle corrects what one admitted request recorded, and its leases
+	// (settle.lua describes its protocol).
+	Settle = redis.NewScript(logsSource + settleSource)
+	// Reset deletes an identity's keys.
+	Reset = redis.NewScript(resetSource)
+	// Block records a block of an identity.
+	Block = redis.NewScript(blockSource)
+	// Blocked reads how long a block has left.
+	Blocked = redis.NewScript(blockedSource)
+)
+
+// Boxed once, so that no command boxes them again.
+var evalshaArg, allowHashArg, exactHashArg any = "evalsha", Allow.Hash(), Exact.Hash()
+
+// Command is the EVALSHA of the allow script deciding one request: "evalsha",
+// the script's hash, the number of keys, the keys, then ARGV. It is built
+// once, and a call sent alone goes to the client as it is.
+type Command []any
+
+// NewCommand returns a Command of nkeys keys and nargs arguments, to be
+// appended in that order.
+func NewCommand(nkeys, nargs int) Command {
+	cmd := make(Command, 3, 3+nkeys+nargs)
+	cmd[0], cmd[1], cmd[2] = evalshaArg, allowHashArg, nkeys
+	return cmd
+}
+
+// NKeys returns how many keys cmd names.
+func (cmd Command) NKeys() int { return cmd[2].(int) }
+
+// FirstKey returns the first key cmd names.
+func (cmd Command) FirstKey() string { return cmd[3].(string) }
+
+// Script returns the script cmd runs.
+func (cmd Command) Script() *redis.Script {
+	if cmd[1] == exactHashArg {
+		return Exact
+	}
+	return Allow
+}
+
+// Keys returns the keys cmd names.
+func (cmd Command) Keys() []string {
+	keys := make([]string, cmd.NKeys())
+	for i := range keys {
+		keys[i] = cmd[3+i].(string)
+	}
+	return keys
+}
+
+// Args returns cmd's ARGV.
+func (cmd Command) Args() []any { return cmd[3+cmd.NKeys():] }
+
+// Eval returns cmd as an EVAL of its script's source, in a slice of its
+// own, for a Redis that answered NOSCRIPT.
+func (cmd Command) Eval() []any {
+	out := make([]any, len(cmd))
+	copy(out, cmd)
+	out[0], out[1] = "eval", allowSource
+	if cmd[1] == exactHashArg {
+		out[1] = exactSource
+	}
+	return out
+}
+
+// Batch returns the arguments of one call of the allow script's batch
+// form deciding every command of cmds in order: by EVAL if eval, else by
+// EVALSHA.
+func Batch(cmds []Command, eval bool) []any {
+	nkeys, nargs := 0, 1
+	for _, c := range cmds {
+		nkeys += c.NKeys()
+		nargs += 1 + len(c.Args())
+	}
+	args := make([]any, 0, 3+nkeys+nargs)
+	if eval {
+		args = append(args, "eval", allowSource, nkeys)
+	} else {
+		args = append(args, evalshaArg, allowHashArg, nkeys)
+	}
+	for _, c := range cmds {
+		args = append(args, c[3:3+c.NKeys()]...)
+	}
+	args = append(args, "*")
+	for _, c := range cmds {
+		args = append(args, c[2]) // the request's number of keys
+		args = append(args, c.Args()...)
+	}
+	return args
+}
+
+// BatchReply returns the reply of request i of a batch whose command
+// returned replies and err.
+func BatchReply(replies []any, i int, err error) ([]int64, error) {
+	switch {
+	case err != nil:
+		return nil, err
+	case len(replies) <= i:
+		return nil, fmt.Errorf("allow script: a batch reply of %d for more requests", len(replies))
+	}
+	switch r := replies[i].(type) {
+	case error:
+		return nil, r
+	case []any:
+		out := make([]int64, len(r))
+		for j, v := range r {
+			n, ok := v.(int64)
+			if !ok {
+				return nil, fmt.Errorf("allow script: unexpected value %v in a batch reply", v)
+			}
+			out[j] = n
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("allow script: unexpected batch reply %v", replies[i])
+}
+
+// Work is measured in Redis time, in units of about workUnit µs each: a
+// decision costs partWork per key it reads and writes, and a unit of cost
+// about a quarter of a work unit, for an exact log adds a member per unit
+// (about 2.5 µs on the 2-core machine of BENCHMARKS.md).
+const (
+	workUnit     = 10 // µs, about
+	partWork     = 2  // per key of a decision
+	unitsPerWork = 4  // units of cost per work unit
+	// maxWork bounds the work of one call of the batch form: about 500
+	// µs of Redis time. A decision is bounded by its cost
+	// (slidelimit.MaxExactCost), so that one alone stays within about
+	// 1 ms.
+	maxWork = 500 / workUnit
+	// maxArgs bounds the arguments (keys and ARGV) of one call of the
+	// batch form, below the 3,999 that ElastiCache Serverless accepts in
+	// one command.
+	maxArgs = 3_900
+)
+
+// Work returns the estimated Redis time cmd takes, in work units.
+func (cmd Command) Work() int {
+	cost, _ := cmd.Args()[0].(int)
+	return partWork*cmd.NKeys() + cost/unitsPerWork
+}
+
+// Chunks splits cmds, in order, into the groups that each go to Redis as
+// one call of the batch form (Batch), so that no call keeps Redis busy for
+// long and none is refused for its length: a group carries at most maxWork
+// of work and maxArgs arguments, or one command alone.
+func Chunks(cmds []Command) [][]Command {
+	var out [][]Command
+	from, work, args := 0, 0, 1
+	for i, c := range cmds {
+		w, a := c.Work(), 1+len(c)-3
+		if i > from && (work+w > maxWork || args+a > maxArgs) {
+			out = append(out, cmds[from:i:i])
+			from, work, args = i, 0, 1
+		}
+		work += w
+		args += a
+	}
+	if from < len(cmds) {
+		out = append(out, cmds[from:len(cmds):len(cmds)])
+	}
+	return out
+}

@@ -1,0 +1,365 @@
+package script
+
+import (
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/core/redistest"
+)
+
+// strictPrelude replaces the scripts' first line, so that every
+// redis.call is checked: a command on a key the call did not declare in
+// KEYS fails the script. TIME names no key; every other command the
+// scripts send names its key first (DEL, all of its arguments).
+const strictPrelude = `
+local declared = {}
+for _, k in ipairs(KEYS) do declared[k] = true end
+local function call(cmd, ...)
+  local args = {...}
+  local keys = {}
+  if cmd == 'DEL' then keys = args elseif cmd ~= 'TIME' then keys = {args[1]} end
+  for _, k in ipairs(keys) do
+    if not declared[k] then
+      error('undeclared key ' .. tostring(k) .. ' in ' .. cmd)
+    end
+  end
+  return redis.call(cmd, ...)
+end
+`
+
+// The allow and refund scripts, checked.
+var (
+	strictSource = strings.Replace(allowSource, "local call = redis.call\n", strictPrelude, 1)
+	strict       = redis.NewScript(strictSource)
+	strictSettle = redis.NewScript(strings.Replace(logsSource+settleSource, "local call = redis.call\n", strictPrelude, 1))
+)
+
+// harness runs decisions of one identity on a caller's clock.
+type harness struct {
+	t      *testing.T
+	rdb    *redis.Client
+	log    string // the identity's exact log; stepped logs are named after it
+	now    int64  // µs
+	script *redis.Script
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	rdb := redistest.Client(t)
+	return &harness{t: t, rdb: rdb, log: redistest.Prefix(t) + "{id}", now: time.Now().UnixMicro(), script: strict}
+}
+
+// keys returns the keys of plan p's decisions.
+func (h *harness) keys(p *Plan) []string {
+	var keys []string
+	for _, part := range p.Parts() {
+		k := h.log
+		if part.Level > 0 {
+			k += "/" + strconv.Itoa(part.Level)
+		}
+		switch {
+		case part.Step == InFlightStep:
+			k += ":#inflight"
+		case part.Step > 0:
+			k += ":#" + strconv.FormatInt(part.Step, 10)
+		}
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// decide runs one decision of plan p and returns its reply.
+func (h *harness) decide(p *Plan, cost int, id string) (allowed, duplicate bool, st []Status) {
+	h.t.Helper()
+	cmd := p.Command(h.keys(p), cost, id, strconv.FormatInt(h.now, 10))
+	reply, err := h.script.Run(h.t.Context(), h.rdb, cmd.Keys(), cmd.Args()...).Int64Slice()
+	if err != nil {
+		h.t.Fatalf("decide(cost %d, id %x): %v", cost, id, err)
+	}
+	st = make([]Status, p.Limits())
+	allowed, duplicate, err = p.Decode(reply, st)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return allowed, duplicate, st
+}
+
+// settle runs the settle script for a request of plan p recorded at cost
+// recorded: to cost (below 0: kept) and with lease; it returns the units
+// the request's first part held before.
+func (h *harness) settle(p *Plan, recorded, cost int, id, lease string) int64 {
+	h.t.Helper()
+	reply, err := strictSettle.Run(h.t.Context(), h.rdb, h.keys(p), p.SettleArgs(id, recorded, cost, lease, strconv.FormatInt(h.now, 10), 0)...).Int64Slice()
+	if err != nil {
+		h.t.Fatalf("settle(%x): %v", id, err)
+	}
+	units, _, err := Settled(reply)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return int64(units)
+}
+
+// refund settles a request of plan p to 0 and releases it.
+func (h *harness) refund(p *Plan, cost int, id string) int64 {
+	return h.settle(p, cost, 0, id, LeaseRelease)
+}
+
+// units returns the units the exact log holds.
+func (h *harness) units() int64 {
+	h.t.Helper()
+	n, err := h.rdb.ZCount(h.t.Context(), h.log, "0", "+inf").Result()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return string(b)
+}
+
+func exact(q int, w time.Duration) Limit { return Limit{Quota: q, Window: w.Microseconds()} }
+
+func stepped(q int, w, s time.Duration) Limit {
+	return Limit{Quota: q, Window: w.Microseconds(), Step: s.Microseconds()}
+}
+
+// TestEveryCommandNamesADeclaredKey runs every kind of decision and refund
+// through scripts that fail any command on a key not in KEYS.
+func TestEveryCommandNamesADeclaredKey(t *testing.T) {
+	h := newHarness(t)
+	plans := []*Plan{
+		NewPlan([]Limit{exact(3, time.Second)}),
+		NewPlan([]Limit{exact(3, time.Second), exact(5, time.Minute)}),
+		NewPlan([]Limit{stepped(3, time.Minute, time.Second)}),
+		NewPlan([]Limit{exact(2, time.Second), stepped(4, time.Hour, time.Minute), stepped(9, time.Minute, time.Second)}),
+	}
+	for round := range 3 {
+		for _, p := range plans {
+			var ids []string
+			for range 6 {
+				id := newID()
+				if ok, _, _ := h.decide(p, 1, id); ok {
+					ids = append(ids, id)
+				}
+				h.decide(p, 1, "") // a peek
+				h.decide(p, 1, id) // a retry
+			}
+			if len(ids) == 0 {
+				t.Fatalf("round %d: plan %v admitted nothing", round, p.spec)
+			}
+			h.refund(p, 1, ids[0])
+			h.now += time.Hour.Microseconds()
+		}
+	}
+	// The batch form, several identities at once.
+	p := plans[3]
+	var cmds []Command
+	for i := range 4 {
+		log := h.log + strconv.Itoa(i)
+		keys := []string{log, log + ":#60000000", log + ":#1000000"}
+		cmds = append(cmds, p.Command(keys, 1, newID(), ""))
+	}
+	args := Batch(cmds, true)
+	args[1] = strictSource
+	if err := h.rdb.Do(t.Context(), args...).Err(); err != nil {
+		t.Fatalf("batch: %v", err)
+	}
+}
+
+// TestBatchDecidesInOrder runs the batch form: its requests are decided one
+// after another, as that many calls would be, and a key holding another
+// type fails its own request only.
+func TestBatchDecidesInOrder(t *testing.T) {
+	h := newHarness(t)
+	p := NewPlan([]Limit{exact(3, time.Minute)})
+	wrong := h.log + "wrong"
+	if err := h.rdb.Set(t.Context(), wrong, "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var cmds []Command
+	for i := range 5 {
+		key := h.log
+		if i == 2 {
+			key = wrong
+		}
+		cmds = append(cmds, p.Command([]string{key}, 1, newID(), ""))
+	}
+	replies, err := h.rdb.Do(t.Context(), Batch(cmds, true)...).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"allowed 2", "allowed 1", "error", "allowed 0", "denied 0"}
+	for i, w := range want {
+		reply, err := BatchReply(replies, i, nil)
+		got := "error"
+		if err == nil {
+			got = fmt.Sprintf("%s %d", map[bool]string{true: "allowed", false: "denied"}[reply[0] == 1], reply[2])
+		} else if !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("request %d: error %v, want WRONGTYPE", i, err)
+		}
+		if got != w {
+			t.Errorf("request %d = %s, want %s", i, got, w)
+		}
+	}
+}
+
+// TestExactLogKeepsAtMostItsLargestQuota: a window of one limit no longer
+// makes the log keep every unit another limit admits within it. The log
+// holds at most the largest quota counted in it.
+func TestExactLogKeepsAtMostItsLargestQuota(t *testing.T) {
+	h := newHarness(t)
+	long := NewPlan([]Limit{exact(600, time.Minute)})
+	short := NewPlan([]Limit{exact(5, time.Second)})
+	h.decide(long, 1, newID())
+	h.decide(long, 595, newID())
+	h.now += time.Second.Microseconds()
+	for range 40 { // 10 s, 4 a second: the short limit admits each
+		h.now += 250_000
+		if ok, _, _ := h.decide(short, 1, newID()); !ok {
+			t.Fatal("the short limit denied its fourth call in a second")
+		}
+	}
+	if n := h.units(); n > 600 {
+		t.Fatalf("the log holds %d units, want at most 600", n)
+	}
+	// Still exact for the long limit: its window holds 600 or more.
+	if ok, _, st := h.decide(long, 1, newID()); ok || st[0].Remaining != 0 {
+		t.Fatalf("the long limit admitted with %+v over a full window", st)
+	}
+}
+
+// TestATrimmedWindowCountsFullAfterARefund: once the log dropped units to
+// keep its bound, a window that reaches back to them counts as full, so a
+// refund of a newer unit never lets it count too few.
+func TestATrimmedWindowCountsFullAfterARefund(t *testing.T) {
+	h := newHarness(t)
+	day := NewPlan([]Limit{exact(10, 24*time.Hour)})
+	burst := NewPlan([]Limit{exact(5, time.Second)})
+	h.decide(day, 1, newID()) // the log now keeps a day and 10 units
+	var last string
+	for range 20 {
+		h.now += 250_000
+		last = newID()
+		h.decide(burst, 1, last)
+	}
+	if n := h.units(); n != 10 {
+		t.Fatalf("the log holds %d units, want its bound of 10", n)
+	}
+	if h.refund(burst, 1, last) != 1 {
+		t.Fatal("the refund removed nothing")
+	}
+	ok, _, st := h.decide(day, 1, newID())
+	if ok || st[0].Remaining != 0 || st[0].RetryAfter <= 0 {
+		t.Fatalf("the day limit after 21 admissions and one refund = allowed %v, %+v; want denied", ok, st[0])
+	}
+}
+
+// TestSteppedIDsAreTheLastAdmissions: 300 admissions in one step; the
+// newest 128 are each recognised when retried and each give back their
+// unit when refunded, the older ones are not recognised.
+func TestSteppedIDsAreTheLastAdmissions(t *testing.T) {
+	h := newHarness(t)
+	p := NewPlan([]Limit{stepped(100_000, 24*time.Hour, time.Minute)})
+	var ids []string
+	for range 300 {
+		id := newID()
+		if ok, _, _ := h.decide(p, 1, id); !ok {
+			t.Fatal("denied under a quota of 100,000")
+		}
+		ids = append(ids, id)
+	}
+	for i, id := range ids[300-128:] {
+		if ok, dup, st := h.decide(p, 1, id); !ok || !dup || st[0].Remaining != 100_000-300 {
+			t.Fatalf("retry of admission %d = allowed %v, retried %v, %+v; want a retry counted once", 300-128+i, ok, dup, st[0])
+		}
+	}
+	for i, id := range ids[300-128:] {
+		if n := h.refund(p, 1, id); n != 1 {
+			t.Fatalf("refund of admission %d gave back %d, want 1", 300-128+i, n)
+		}
+		if n := h.refund(p, 1, id); n != 0 {
+			t.Fatalf("a second refund of admission %d gave back %d, want 0", 300-128+i, n)
+		}
+	}
+	_, _, st := h.decide(p, 1, "")
+	if want := 100_000 - 300 + 128; st[0].Remaining != want {
+		t.Fatalf("after 128 refunds Remaining = %d, want %d", st[0].Remaining, want)
+	}
+	if _, dup, _ := h.decide(p, 1, ids[300-129]); dup {
+		t.Fatal("the 129th newest admission was recognised; the log keeps 128")
+	}
+}
+
+// TestARetryCountsOnceInEveryPart: a retried id is found in any part, so a
+// stepped limit does not count it again once the exact log let it go.
+func TestARetryCountsOnceInEveryPart(t *testing.T) {
+	h := newHarness(t)
+	p := NewPlan([]Limit{exact(3, time.Second), stepped(100_000, 24*time.Hour, time.Minute)})
+	id := newID()
+	h.decide(p, 1, id)
+	h.now += 2 * time.Second.Microseconds()
+	ok, dup, st := h.decide(p, 1, id)
+	if !ok || !dup || st[1].Remaining != 100_000-1 {
+		t.Fatalf("retry after the exact window = allowed %v, retried %v, %+v; want counted once", ok, dup, st)
+	}
+}
+
+// TestChunksBoundTheWork: a batch goes in chunks of at most maxWork, in
+// order, and a command heavier than that alone.
+func TestChunksBoundTheWork(t *testing.T) {
+	light := NewPlan([]Limit{exact(10, time.Second)}).Command([]string{"k"}, 1, "i", "")
+	heavy := NewPlan([]Limit{exact(1000, time.Second)}).Command([]string{"k"}, 1000, "i", "")
+	var cmds []Command
+	for range 100 {
+		cmds = append(cmds, light)
+	}
+	cmds = append(cmds, heavy, light)
+	total := 0
+	for _, chunk := range Chunks(cmds) {
+		work := 0
+		for _, c := range chunk {
+			work += c.Work()
+		}
+		if work > maxWork && len(chunk) > 1 {
+			t.Errorf("a chunk of %d commands carries %d work, more than %d", len(chunk), work, maxWork)
+		}
+		total += len(chunk)
+	}
+	if total != len(cmds) {
+		t.Errorf("chunks hold %d commands, want %d", total, len(cmds))
+	}
+}
+
+// TestChunksBoundTheArguments: a batch of plans with many limits goes in
+// chunks whose command stays below the 3,999 arguments ElastiCache
+// Serverless accepts, and each chunk is the batch form of its commands.
+func TestChunksBoundTheArguments(t *testing.T) {
+	limits := make([]Limit, 100)
+	for i := range limits {
+		limits[i] = exact(1000+i, time.Duration(i+1)*time.Second)
+	}
+	wide := NewPlan(limits).Command([]string{"k"}, 1, "i", "")
+	cmds := make([]Command, 128)
+	for i := range cmds {
+		cmds[i] = wide
+	}
+	total := 0
+	for _, chunk := range Chunks(cmds) {
+		if n := len(Batch(chunk, false)); n >= 3_999 && len(chunk) > 1 {
+			t.Errorf("a chunk of %d commands is a call of %d arguments, want fewer than 3,999", len(chunk), n)
+		}
+		total += len(chunk)
+	}
+	if total != len(cmds) {
+		t.Errorf("chunks hold %d commands, want %d", total, len(cmds))
+	}
+}

@@ -1,0 +1,197 @@
+-- settle.lua: corrects what one admitted request recorded: its cost, at
+-- the time it was admitted, and its leases in flight (prelude.lua,
+-- exact.lua, stepped.lua and inflight.lua come first and describe the
+-- logs). A refund settles to 0 and releases. Settling twice to the same
+-- cost changes nothing the second time, so a settle may be retried.
+--
+-- KEYS[i]      the parts the request was decided on, as the allow script
+--              took them.
+-- ARGV[1]      the request id.
+-- ARGV[2]      the cost recorded for it when admitted (or last settled).
+-- ARGV[3]      the cost to settle to, or "" to leave it.
+-- ARGV[4]      its leases: "" to leave them, "0" to release them, else the
+--              µs to renew them for, from now.
+-- ARGV[5]      now in µs, or "" for Redis TIME (for a renewal).
+-- ARGV[6]      µs to move the request's units later by, or "" (or 0) to
+--              leave them: for a request that reached its destination that
+--              long after its admission, so that the logs count it when its
+--              destination did. A stepped log moves them by whole steps,
+--              rounded up.
+-- ARGV[6+i]    KEYS[i]'s step: 0 for an exact log, above 0 for a stepped
+--              log, -1 for an in-flight log; followed by "r" for a log that
+--              counts requests, one each, rather than their cost.
+--
+-- A settle to fewer units gives the rest back; to more, it records the
+-- excess at the admission's time, so that a window may hold more than its
+-- quota until the excess leaves it (an exact log still keeps at most its
+-- newest Q units). A settle to 0 forgets the id, as a refund: a retry of it
+-- is a new request.
+--
+-- Returns {units, leases}: the units the first exact or stepped part held
+-- for id before (0 when the request left it, was refunded or, in a stepped
+-- log, is older than its last admissions kept), and how many leases of id
+-- were held before.
+
+local id, lease = ARGV[1], ARGV[4]
+local shift = tonumber(ARGV[6]) or 0
+local units, leases, first = 0, 0, true
+
+-- live makes key live at least ms from now.
+local function live(key, ms)
+  if call('PTTL', key) < ms then
+    call('PEXPIRE', key, ms)
+  end
+end
+
+for i, key in ipairs(KEYS) do
+  local spec = ARGV[6 + i]
+  local old, new = tonumber(ARGV[2]), tonumber(ARGV[3])
+  if string.byte(spec, -1) == 114 then -- "r": one unit a request, refunded only
+    spec, old = string.sub(spec, 1, -2), 1
+    if new ~= 0 then
+      new = nil
+    end
+  end
+  local step = tonumber(spec)
+  if step == 0 then
+    local s = call('ZSCORE', key, id)
+    local had = 0
+    if s then
+      had = old
+      if new and new < old then
+        local members = {}
+        for u = new, old - 1 do
+          members[#members + 1] = u == 0 and id or id .. u
+          if #members >= 200 or u == old - 1 then
+            call('ZREM', key, unpack(members))
+            members = {}
+          end
+        end
+      elseif new and new > old then
+        local args = {'NX'}
+        for u = old, new - 1 do
+          args[#args + 1] = s
+          args[#args + 1] = id .. u
+          if #args >= 201 or u == new - 1 then
+            call('ZADD', key, unpack(args))
+            args = {'NX'}
+          end
+        end
+        -- Keep the newest Q units.
+        local m = call('ZRANGE', key, '0', '1')
+        local nrec, q = 0, nil
+        for _, r in ipairs(m) do
+          if #r > 11 and string.byte(r) == 35 then
+            nrec = nrec + 1
+            if string.byte(r, 2) == 114 then
+              q = tonumber(string.match(r, '^#r%d+:(%d+):'))
+            end
+          end
+        end
+        local n = call('ZCARD', key) - nrec
+        if q and n > q then
+          exact_keep(key, n - q, nrec)
+        end
+      end
+    end
+    local now_cost = new or old
+    if s and shift > 0 and now_cost > 0 then
+      -- Later by shift: each unit's score, and the log's life, which its
+      -- record's W says.
+      local later = s + shift
+      local args = {'XX'}
+      for u = 0, now_cost - 1 do
+        args[#args + 1] = later
+        args[#args + 1] = u == 0 and id or id .. u
+        if #args >= 201 or u == now_cost - 1 then
+          call('ZADD', key, unpack(args))
+          args = {'XX'}
+        end
+      end
+      for _, r in ipairs(call('ZRANGE', key, '0', '1')) do
+        local w = #r > 11 and string.match(r, '^#r(%d+):')
+        if w then
+          local t = call('TIME')
+          live(key, math.ceil((later + tonumber(w) - (t[1] * 1000000 + t[2])) / 1000))
+        end
+      end
+    end
+    if first then
+      units, first = had, false
+    end
+  elseif step > 0 then
+    local h = call('GETRANGE', key, '0', RING0_LAST)
+    local e = #h == RING0 and stepped_find(h, id)
+    local had = 0
+    if e then
+      local o, n, t, w, seq, exp = struct.unpack('<dddddd', h)
+      local at = HDR + ENTRY * e
+      local b, c = struct.unpack('<dI4', h, at + 9)
+      had = c
+      if new and new ~= c and t > 0 and b >= o and b <= n then
+        local slot = '#' .. (RING0 / 4 + b % RING)
+        local delta = new - c
+        if delta < 0 then
+          delta = -math.min(call('BITFIELD', key, 'GET', 'u32', slot)[1], -delta)
+        end
+        if delta ~= 0 then
+          call('BITFIELD', key, 'INCRBY', 'u32', slot, delta)
+          call('SETRANGE', key, '0', struct.pack('<dddddd', o, n, t + delta, w, seq, exp))
+        end
+      end
+      if new == 0 then
+        call('SETRANGE', key, at, string.rep('\0', ENTRY))
+      elseif new then
+        call('SETRANGE', key, at + 16, struct.pack('<I4', new))
+      end
+      local by = math.ceil(shift / step)
+      local now_cost = new or c
+      if by > 0 and now_cost > 0 and t > 0 and b >= o and b <= n then
+        -- Later by whole steps: the units move from bucket b to b + by.
+        local h2 = call('GETRANGE', key, '0', tostring(HDR - 1))
+        o, n, t, w, seq, exp = struct.unpack('<dddddd', h2)
+        local from, to = '#' .. (RING0 / 4 + b % RING), '#' .. (RING0 / 4 + (b + by) % RING)
+        local moved = math.min(call('BITFIELD', key, 'GET', 'u32', from)[1], now_cost)
+        if moved > 0 then
+          call('BITFIELD', key, 'INCRBY', 'u32', from, -moved, 'INCRBY', 'u32', to, moved)
+          call('SETRANGE', key, '0', struct.pack('<dddddd', o, math.max(n, b + by), t, w, seq, exp))
+          call('SETRANGE', key, at + 8, struct.pack('<d', b + by))
+          local tm = call('TIME')
+          live(key, math.ceil(((b + by + 1) * step + w - (tm[1] * 1000000 + tm[2])) / 1000))
+        end
+      end
+    end
+    if first then
+      units, first = had, false
+    end
+  else
+    local held = call('ZSCORE', key, id)
+    local now
+    if held and lease ~= '' and lease ~= '0' then
+      now = tonumber(ARGV[5])
+      if ARGV[5] == '' then
+        local t = call('TIME')
+        now = t[1] * 1000000 + t[2]
+      end
+      if tonumber(held) <= now then
+        -- The lease ended (no decision has evicted it yet): it is not
+        -- renewed, and holds no place.
+        call('ZREM', key, id)
+        held = false
+      end
+    end
+    if held then
+      leases = leases + 1
+      if lease == '0' then
+        call('ZREM', key, id)
+      elseif lease ~= '' then
+        local until_us = now + tonumber(lease)
+        call('ZADD', key, 'XX', until_us, id)
+        if call('PTTL', key) < math.ceil(tonumber(lease) / 1000) + 1 then
+          call('PEXPIRE', key, math.ceil(tonumber(lease) / 1000) + 1)
+        end
+      end
+    end
+  end
+end
+return {units, leases}

@@ -1,0 +1,224 @@
+-- stepped.lua: the stepped log (part of the allow script; decide.lua holds
+-- the protocol and decides with these functions; refund.lua refunds).
+--
+-- A stepped log counts units per step-long bucket (bucket b covers the µs
+-- b*step up to (b+1)*step) rather than one member per unit, so that its
+-- size does not grow with its quota. It is one string:
+--   [0, HDR)         a header of six little-endian doubles: o, the oldest
+--                    bucket kept; n, the newest; t, the units in o..n; W,
+--                    the longest window counted at this step while the log
+--                    lives (it keeps W of history); seq, how many
+--                    admissions it recorded; and E, the Unix ms (on the
+--                    deciders' clock) until which it lives, renewed for
+--                    two windows and a step once less than a window and a
+--                    step is left.
+--   [HDR, RING0)     the request ids of the last IDS admissions, in the
+--                    order they came, entry seq % IDS holding the seq-th:
+--                    the 8-byte id, the bucket as a little-endian double
+--                    and the units as a little-endian 32-bit integer. A
+--                    retried call is found here, and a refund finds its
+--                    bucket. A refunded entry is zeroed.
+--   [RING0, SIZE)    a ring of RING big-endian 32-bit counts, as BITFIELD
+--                    keeps them: bucket b in slot b % RING; slots of
+--                    buckets outside o..n hold 0.
+-- RING exceeds the most steps a window may span (1,440) by the two buckets
+-- a window straddles, and slack.
+local HDR, IDS, ENTRY, RING = 48, 128, 20, 1444
+local RING0 = HDR + IDS * ENTRY
+local SIZE = RING0 + 4 * RING
+local RING0_LAST = tostring(RING0 - 1)
+--
+-- The log's state between the functions below, in this order: grow (this
+-- call counts a longer window than the log keeps), W, E, o, n, t, seq, the
+-- bucket an admission goes to now, the bytes read (the header and the ids)
+-- and whether the log is new.
+
+-- ring_read returns the counts of buckets a..b (b - a < RING) of key.
+local function ring_read(key, a, b)
+  local out = {}
+  if b < a then
+    return out
+  end
+  local sa, sb = a % RING, b % RING
+  local parts = {sa, sb}
+  if sa > sb then
+    parts = {sa, RING - 1, 0, sb}
+  end
+  for i = 1, #parts, 2 do
+    local s = call('GETRANGE', key, RING0 + 4 * parts[i], RING0 + 4 * parts[i + 1] + 3)
+    local got = math.floor(#s / 4)
+    if got > 0 then
+      local v = {struct.unpack('>' .. string.rep('I4', got), s)}
+      for j = 1, got do
+        out[#out + 1] = v[j]
+      end
+    end
+    for _ = got + 1, parts[i + 1] - parts[i] + 1 do
+      out[#out + 1] = 0
+    end
+  end
+  return out
+end
+
+-- ring_zero zeroes the slots of buckets a..b of key.
+local function ring_zero(key, a, b)
+  if b - a + 1 >= RING then
+    call('SETRANGE', key, RING0, string.rep('\0', 4 * RING))
+    return
+  end
+  local sa, sb = a % RING, b % RING
+  if sa <= sb then
+    call('SETRANGE', key, RING0 + 4 * sa, string.rep('\0', 4 * (sb - sa + 1)))
+  else
+    call('SETRANGE', key, RING0 + 4 * sa, string.rep('\0', 4 * (RING - sa)))
+    call('SETRANGE', key, RING0, string.rep('\0', 4 * (sb + 1)))
+  end
+end
+
+-- header writes key's header.
+local function header(key, o, n, t, w, seq, e)
+  call('SETRANGE', key, '0', struct.pack('<dddddd', o, n, t, w, seq, e))
+end
+
+-- stepped_find returns the entry (0-based) of id among the ids of a log
+-- whose bytes from its start are h, or nil.
+stepped_find = function(h, id)
+  local at = string.find(h, id, HDR + 1, true)
+  while at and (at - HDR - 1) % ENTRY ~= 0 do
+    at = string.find(h, id, at + 1, true)
+  end
+  if at and at <= RING0 then
+    return (at - HDR - 1) / ENTRY
+  end
+  return nil
+end
+
+-- stepped_read evicts the buckets older than the history the log key of
+-- step keeps, puts the count of each of the nlim limits in out, from
+-- out[o] on, three places apart, and returns the log's state. Limits come
+-- as in exact.lua.
+stepped_read = function(key, step, now, x, nlim, q1, w1, out, o)
+  local h = call('GETRANGE', key, '0', RING0_LAST)
+  local ob, n, t, w, seq, e = 0, 0, 0, 0, 0, 0
+  local new = #h < RING0
+  if not new then
+    ob, n, t, w, seq, e = struct.unpack('<dddddd', h)
+  end
+  local grow = false
+  for i = 1, nlim do
+    local wi = w1
+    if i > 1 then
+      wi = tonumber(ARGV[x + 2 * i - 1])
+    end
+    if wi > w then
+      grow, w = true, wi
+    end
+  end
+  local first = math.floor((now - w) / step) -- the oldest bucket kept
+  if t > 0 and ob < first then
+    if n < first then
+      ring_zero(key, ob, n) -- all of it left the history kept
+      t = 0
+    else
+      for _, c in ipairs(ring_read(key, ob, first - 1)) do
+        t = t - c
+      end
+      ring_zero(key, ob, first - 1)
+      ob = first
+    end
+    header(key, ob, n, t, w, seq, e)
+  end
+  -- An admission goes to the bucket of now, or to the newest if another
+  -- clock ran ahead: later, so never too early out of any window.
+  local bk = math.floor(now / step)
+  if t > 0 and bk < n then
+    bk = n
+  end
+  for i = 1, nlim do
+    local wi = w1
+    if i > 1 then
+      wi = tonumber(ARGV[x + 2 * i - 1])
+    end
+    local c = t
+    if wi < w and t > 0 then
+      c = 0
+      for _, units in ipairs(ring_read(key, math.max(math.floor((now - wi) / step), ob), n)) do
+        c = c + units
+      end
+    end
+    out[o + 3 * i - 3] = c
+  end
+  return grow, w, e, ob, n, t, seq, bk, h, new
+end
+
+-- stepped_finish records cost units under id in the bucket bk if admit,
+-- writes the header when the log's state calls for it (unless id is "",
+-- a peek): the log lives two windows and a step from now once less than a
+-- window and a step is left; then replaces the count of each limit in out
+-- with its three values, as exact_finish does.
+stepped_finish = function(key, step, now, cost, id, admit, allowed,
+                          grow, w, e, ob, n, t, seq, bk, new, x, nlim, q1, w1, out, o)
+  if admit or id ~= '' and grow and not new then
+    if admit then
+      if new then
+        -- Made whole at once, so Redis never grows it (and doubles it):
+        -- SETRANGE past the end of a missing key makes a string of
+        -- exactly that length, zeroed.
+        call('SETRANGE', key, SIZE - 1, '\0')
+      end
+      call('BITFIELD', key, 'INCRBY', 'u32', '#' .. (RING0 / 4 + bk % RING), cost)
+      if t == 0 then
+        ob, n = bk, bk
+      elseif bk > n then
+        n = bk
+      end
+      t = t + cost
+      call('SETRANGE', key, HDR + ENTRY * (seq % IDS), id .. struct.pack('<dI4', bk, cost))
+      seq = seq + 1
+    end
+    if grow or e * 1000 - now < w + step then
+      local life = math.ceil((2 * w + step) / 1000) -- two windows and a step
+      e = math.floor(now / 1000) + life
+      call('PEXPIRE', key, life)
+    end
+    header(key, ob, n, t, w, seq, e)
+  end
+
+  for i = 1, nlim do
+    local qi, wi = q1, w1
+    if i > 1 then
+      qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
+    end
+    local shadow = qi < 0
+    if shadow then
+      qi = -qi
+    end
+    local j = o + 3 * i - 3
+    local c, retry, reset = out[j], 0, 0
+    local over = c + cost > qi -- this limit alone would deny
+    if admit then
+      c = c + cost
+    end
+    if over and (shadow or not allowed) then
+      -- A bucket leaves the window whole, a step after its start: the
+      -- limit admits once the oldest units it counts beyond the quota
+      -- have left.
+      local k = c + cost - qi
+      local from = math.max(math.floor((now - wi) / step), ob)
+      for y, units in ipairs(ring_read(key, from, n)) do
+        k = k - units
+        if k <= 0 then
+          retry = (from + y) * step + wi - now
+          break
+        end
+      end
+    end
+    if c > 0 then
+      reset = math.max((n + 1) * step + wi - now, 0)
+    end
+    if c > qi then
+      c = qi
+    end
+    out[j], out[j + 1], out[j + 2] = qi - c, retry, reset
+  end
+end

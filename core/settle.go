@@ -1,0 +1,171 @@
+package slidelimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/slidelimit/slidelimit/core/internal/script"
+)
+
+// Settle corrects an admitted request to its actual cost, at the time it
+// was admitted, and releases the places it holds in flight (InFlight
+// limits). It is how a cost known only after the response is counted, as
+// an LLM's tokens are: admit an estimate with AllowN (as large as the
+// request may cost, such as its max_tokens), then settle the actual cost:
+//
+//	res, err := lim.AllowN(ctx, key, maxTokens)
+//	… // serve the request
+//	err = lim.Settle(ctx, res, usage.TotalTokens)
+//
+// Fewer units give the rest back. More record the excess at the
+// admission's time: a window may then hold more than its quota until the
+// excess leaves it, every decision meanwhile is denied and says so
+// (Remaining 0, and a RetryAfter for when enough has left), and the
+// overshoot is bounded by what the requests in flight may exceed their
+// estimates by. The result is exact for exact limits and exact to the
+// step for stepped ones. An exact log keeps at most its newest units of
+// the largest quota counted in it; a window reaching back to a unit it
+// dropped counts as full.
+//
+// Settling is retry-safe: settling twice to the same cost changes nothing
+// the second time. A request that is never settled keeps its estimate,
+// which it was admitted for; its places in flight end with their lease.
+// Settling a Result that was not admitted, or was a Fallback, does
+// nothing; nor does a request the window has let go, or, for a stepped
+// limit, one older than the identity's last 128 admissions at its step.
+// The name follows golang.org/x/time/rate, whose Reservation is admitted
+// ahead of its use: here the Result of AllowN is the reservation, and
+// Settle its correction. Settle(ctx, r, 0) is Refund.
+//
+// actual must be at least 0. Errors wrap ErrUnavailable or
+// ErrInvalidCost.
+func (l *Limiter) Settle(ctx context.Context, r Result, actual int) error {
+	if actual < 0 {
+		return fmt.Errorf("%w: settled cost %d is below 0", ErrInvalidCost, actual)
+	}
+	return l.settle(ctx, r, actual, script.LeaseRelease, 0, "settle")
+}
+
+// Refund removes an admitted request's units from every log it was
+// recorded in, and so from every limit's count, as if it had never been
+// made, so that, for example, requests that fail need not count; and it
+// releases the places the request holds in flight. Refunding twice, or a
+// Result that was not admitted or was a Fallback, does nothing; a retry of
+// a refunded request's id is a new request. A stepped limit (see
+// Limit.Step) finds the request among the identity's last 128 admissions
+// at its step; an older one is not refunded there. The Result knows the
+// limiter that recorded it, and so its keys: it is refunded where it was
+// recorded even if l is another limiter on the same client. Errors wrap
+// ErrUnavailable.
+func (l *Limiter) Refund(ctx context.Context, r Result) error {
+	return l.settle(ctx, r, 0, script.LeaseRelease, 0, "refund")
+}
+
+// Release gives back the places an admitted request holds in flight
+// (InFlight limits), leaving its cost as it is. Releasing twice does
+// nothing. Errors wrap ErrUnavailable.
+func (l *Limiter) Release(ctx context.Context, r Result) error {
+	return l.settle(ctx, r, -1, script.LeaseRelease, 0, "release")
+}
+
+// Renew extends the places an admitted request holds in flight, for a call
+// that outlasts its lease: each lease ends the longest in-flight Window of
+// the request's limits from now. A lease that ended already is not
+// renewed: Renew then returns an error wrapping ErrLeaseEnded, and the
+// request holds no place (another may have taken it). Errors wrap
+// ErrUnavailable otherwise.
+func (l *Limiter) Renew(ctx context.Context, r Result) error {
+	if r.d == nil || r.d.admitted.set == nil {
+		return nil
+	}
+	var lease time.Duration
+	for _, lim := range r.d.admitted.set.limits {
+		if lim.InFlight {
+			lease = max(lease, lim.Window)
+		}
+	}
+	if lease == 0 {
+		return nil
+	}
+	return l.settle(ctx, r, -1, fmt.Sprint(lease.Microseconds()), 0, "renew")
+}
+
+// Shift moves an admitted request's units later by d, as if it had been
+// admitted d later: for a request that reached its destination d after
+// its admission, so that the limits count it when the destination did. A
+// partner that counts arrivals in an exact window of its own then sees at
+// most the quota in any window, however late a request leaves (a first
+// request's dial, a host too busy to send): httplimit.Transport shifts a
+// request whose response comes late to when it came. An exact limit moves it
+// exactly; a stepped one by whole steps, rounded up. d of zero or less,
+// or a Result not admitted, does nothing. Errors wrap ErrUnavailable.
+func (l *Limiter) Shift(ctx context.Context, r Result, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	return l.settle(ctx, r, -1, script.LeaseKeep, d.Microseconds(), "shift")
+}
+
+// settle runs the settle script on the request r admitted: to cost units
+// (below 0: left as they are), with lease (script.LeaseKeep,
+// script.LeaseRelease or the µs to renew for), moving its units later by
+// shift µs. what names the operation in errors.
+func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, shift int64, what string) error {
+	if r.d == nil {
+		return nil
+	}
+	a := &r.d.admitted
+	if a.local != nil && lease == script.LeaseRelease {
+		a.local.lims.release(a.local.ids, a.id) // FailLocal's places in flight; its counts are the process's
+	}
+	if a.from == nil {
+		return nil
+	}
+	from := a.from
+	recorded := int(a.cost.Load())
+	if cost >= 0 && cost < recorded {
+		// Units given back: the limiter that recorded them and the one
+		// giving them back forget their denials of the identity.
+		for _, lim := range []*Limiter{from, l} {
+			if lim.deny != nil {
+				lim.deny.forget(a.who)
+			}
+		}
+	}
+	// A change of more than MaxExactCost units goes in several calls, so
+	// that none keeps Redis busy long; each leaves a settled state, and
+	// settling is retry-safe.
+	var leases int
+	for {
+		to, last := cost, true
+		if cost >= 0 && (cost > recorded+MaxExactCost || cost < recorded-MaxExactCost) {
+			to, last = recorded+MaxExactCost, false
+			if cost < recorded {
+				to = recorded - MaxExactCost
+			}
+		}
+		args := a.set.plan.SettleArgs(a.id, recorded, to, lease, from.now(), shift)
+		err := from.rt.Run(ctx, func(ctx context.Context) error {
+			reply, err := script.Settle.Run(ctx, from.client, a.keys, args...).Int64Slice()
+			if err == nil {
+				_, leases, err = script.Settled(reply)
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %s script: %w", ErrUnavailable, what, err)
+		}
+		if to >= 0 {
+			a.cost.Store(int64(to))
+			recorded = to
+		}
+		if last {
+			break
+		}
+	}
+	if what == "renew" && leases == 0 {
+		return ErrLeaseEnded
+	}
+	return nil
+}
