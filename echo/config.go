@@ -1,7 +1,6 @@
 package echolimit
 
 import (
-	"log/slog"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -99,7 +98,8 @@ type Config struct {
 	// handlers have run.
 	//
 	// Optional. Default: a hook that logs each error with slog.Default at
-	// level Error.
+	// level Error but Redis failures, which the limiter reports once per
+	// outage (see slidelimit.WithLogger).
 	ErrorHook func(c echo.Context, err error)
 
 	// Headers selects the rate-limit header fields set on every decided
@@ -134,6 +134,27 @@ type Config struct {
 	//
 	// Optional. Default: httplimit.Failed, 400 and above.
 	Failed func(status int) bool
+
+	// Settle settles each admitted request from its response: once the
+	// next handlers have run, it is given c and the response's status (as
+	// for SkipFailedRequests), header fields and body (its last 64 KiB,
+	// adapter.MaxBody, as the handlers wrote it) and returns the request's
+	// actual cost, and whether it knows it. The request is then settled to
+	// that cost (slidelimit.Limiter.Settle) at the time it was admitted, so
+	// that a cost known only after the response, such as an LLM's tokens,
+	// counts exactly: admit an estimate (Cost, such as the request's
+	// max_tokens), and settle what it used, read from the body by
+	// httplimit.TotalTokens or from what a handler stored with c.Set. A
+	// streamed response (c.Response().Flush between writes) is settled
+	// when the handlers return. When Settle does not know, the request
+	// keeps its estimate. The settlement releases the request's places in
+	// flight too, in one Redis round trip; a request that
+	// SkipFailedRequests or SkipSuccessfulRequests gives back is refunded
+	// instead. The body is kept only when Settle is set.
+	//
+	// Optional. Default: nil, which settles nothing: a request keeps the
+	// cost it was admitted for.
+	Settle func(c echo.Context, r httplimit.Response) (actual int, ok bool)
 }
 
 // DefaultConfig is the configuration New uses, and the one NewWithConfig
@@ -181,5 +202,5 @@ func DefaultErrorHandler(_ echo.Context, err error) error {
 
 func logError(c echo.Context, err error) {
 	r := c.Request()
-	slog.ErrorContext(r.Context(), "echolimit: rate limit", "method", r.Method, "path", r.URL.Path, "err", err)
+	adapter.LogError(r.Context(), "echolimit", err, "method", r.Method, "path", r.URL.Path)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/adaptertest"
+	"github.com/slidelimit/slidelimit/core/httplimit"
 	echolimit "github.com/slidelimit/slidelimit/echo"
 )
 
@@ -30,12 +31,18 @@ func TestConformance(t *testing.T) {
 		if s.PlanHeader != "" {
 			cfg.Limits = func(c echo.Context) []slidelimit.Limit { return adaptertest.Plan(c.Request().Header.Get(s.PlanHeader)) }
 		}
+		if s.Settle {
+			cfg.Settle = func(_ echo.Context, r httplimit.Response) (int, bool) { return httplimit.TotalTokens(r) }
+		}
 		if s.Hook != nil {
 			cfg.ErrorHook = func(_ echo.Context, err error) { s.Hook(err) }
 		}
 		e := echo.New()
 		e.Use(echolimit.NewWithConfig(s.Limiter, cfg))
-		e.RouteNotFound("/*", func(c echo.Context) error { return c.NoContent(adaptertest.WantStatus(c.Request().Header)) })
+		e.RouteNotFound("/*", func(c echo.Context) error {
+			adaptertest.AnswerTo(c.Request().Header).Serve(c.Response(), c.Request())
+			return nil
+		})
 		return adaptertest.HTTPServer(e)
 	})
 }

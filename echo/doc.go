@@ -54,9 +54,13 @@
 // (Config.ErrorHandler). Every error goes to Config.ErrorHook, which logs
 // with log/slog by default.
 //
-// # Refunds
+// # Refunds, settling and places in flight
 //
 // Config.SkipFailedRequests and Config.SkipSuccessfulRequests give a
 // request's units back, with slidelimit.Limiter.Refund, when its final
-// status is failed (400 and above) or successful.
+// status is failed (400 and above) or successful. Config.Settle settles a
+// request admitted at an estimate to the actual cost its response reports,
+// such as an LLM's usage (httplimit.TotalTokens), or a handler stored with
+// c.Set. A request admitted under an in-flight limit (slidelimit.InFlight)
+// holds its place until the handlers return.
 package echolimit

@@ -35,6 +35,12 @@ func New(lim *slidelimit.Limiter) echo.MiddlewareFunc {
 // by config.DenyHandler, by default an *echo.HTTPError with code 429 that
 // the app's HTTPErrorHandler renders, Retry-After already set.
 //
+// A request admitted under an in-flight limit (slidelimit.InFlight) holds
+// its place while the next handlers run, renewed for as long as they run,
+// and releases it when they return or panic. With config.Settle, the
+// request is settled from its response to its actual cost, in the same
+// round trip.
+//
 // When Redis fails, the limiter's slidelimit.FailurePolicy decides. Under
 // FailOpen, the default, the request goes on with no rate-limit headers,
 // since none could be checked; under FailClosed it is answered by
@@ -54,10 +60,32 @@ func NewWithConfig(lim *slidelimit.Limiter, config Config) echo.MiddlewareFunc {
 		SetHeaders:   func(c echo.Context, res slidelimit.Result) { cfg.Headers.SetHeader(res, c.Response().Header()) },
 		Hook:         func(_ context.Context, c echo.Context, err error) { cfg.ErrorHook(c, err) },
 		RefundFailed: cfg.SkipFailedRequests, RefundSuccessful: cfg.SkipSuccessfulRequests, Failed: cfg.Failed,
+		Settle: cfg.Settle,
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			return f.Serve(c.Request().Context(), c, func() error { return next(c) }, cfg.DenyHandler, cfg.ErrorHandler, status)
+			ctx := c.Request().Context()
+			d := f.Decide(ctx, c)
+			switch d.Verdict {
+			case adapter.Deny:
+				return cfg.DenyHandler(c, d.Result)
+			case adapter.Fail:
+				return cfg.ErrorHandler(c, d.Err)
+			}
+			p := f.Pend(ctx, c, d)
+			if p == nil {
+				return next(c) // nothing owed at the end
+			}
+			defer p.Abort() // a panic releases the places in flight
+			if p.Captures() {
+				resp := c.Response()
+				w := resp.Writer
+				resp.Writer = &adapter.ResponseWriter{ResponseWriter: w, Body: p}
+				defer func() { resp.Writer = w }()
+			}
+			err := next(c)
+			p.End(status(c, err), c.Response().Header())
+			return err
 		}
 	}
 }

@@ -11,11 +11,12 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/httplimit"
 	echolimit "github.com/slidelimit/slidelimit/echo"
 )
 
 func Example() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
 	// Five requests in any 10 seconds per client IP, shared by every
@@ -46,7 +47,7 @@ func Example() {
 }
 
 func ExampleNewWithConfig() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
 	// A burst limit and an hourly quota, decided together.
@@ -119,7 +120,7 @@ func ExampleJoinKeys() {
 }
 
 func ExampleConfig_limiter() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
 	// One limiter per plan, each validated once.
@@ -156,4 +157,77 @@ func ExampleConfig_limiter() {
 	e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ping", nil))
 	fmt.Println(rec.Code, rec.Header().Get("RateLimit-Policy"))
 	// Output: 200 "pro";q=6000;w=60
+}
+
+// Limits per plan from one limiter: each request is held to the limits of
+// its user's plan, counted on the user's one log.
+func ExampleConfig_limits() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(60).Named("free"))
+	if err != nil {
+		panic(err)
+	}
+	plans := map[string][]slidelimit.Limit{
+		"pro": {slidelimit.PerMinute(600).Named("pro"), slidelimit.PerSecond(20)},
+	}
+
+	e := echo.New()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			// An authentication middleware would find the user and plan here.
+			c.Set("user_id", "u-2")
+			c.Set("plan", "pro")
+			return next(c)
+		}
+	})
+	e.Use(echolimit.NewWithConfig(lim, echolimit.Config{
+		IdentifierExtractor: echolimit.KeyByContext("user_id"),
+		Limits: func(c echo.Context) []slidelimit.Limit {
+			plan, _ := c.Get("plan").(string)
+			return plans[plan] // nil: the limiter's own, free
+		},
+	}))
+	e.GET("/ping", func(c echo.Context) error { return c.String(http.StatusOK, "pong") })
+
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ping", nil))
+	fmt.Println(rec.Code, rec.Header().Get("RateLimit-Policy"))
+	// Output: 200 "pro";q=600;w=60, "20/1s";q=20;w=1
+}
+
+// An LLM endpoint: each request is admitted at its estimate, 100 tokens,
+// and settled to the tokens its response says it used.
+func ExampleConfig_settle() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(1000).Named("tpm"),
+		slidelimit.WithLimits(slidelimit.InFlight(4, time.Minute).Named("concurrent")),
+		slidelimit.WithPrefix("example:echolimit:settle:"))
+	if err != nil {
+		panic(err)
+	}
+	_ = lim.Reset(context.Background(), slidelimit.IPIdentity("192.0.2.1", 0))
+
+	e := echo.New()
+	e.Use(echolimit.NewWithConfig(lim, echolimit.Config{
+		Cost: func(echo.Context) int { return 100 }, // the request's max_tokens
+		Settle: func(_ echo.Context, r httplimit.Response) (int, bool) {
+			return httplimit.TotalTokens(r) // usage.total_tokens, of a JSON body or an SSE stream
+		},
+	}))
+	e.POST("/v1/chat/completions", func(c echo.Context) error {
+		return c.JSONBlob(http.StatusOK, []byte(`{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}}`))
+	})
+
+	for range 2 {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil))
+		fmt.Println(rec.Code, rec.Header().Get("RateLimit"))
+	}
+	// Output:
+	// 200 "tpm";r=900;t=60
+	// 200 "tpm";r=879;t=60
 }

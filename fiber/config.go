@@ -1,7 +1,7 @@
 package fiberlimit
 
 import (
-	"log/slog"
+	"context"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -88,13 +88,17 @@ type Config struct {
 	ErrorHandler func(c *fiber.Ctx, err error) error
 
 	// ErrorHook receives every error the middleware meets: Redis failures,
-	// admitted (fail-open) or not, key and cost errors, and failed refunds.
-	// It runs on the request's goroutine: before the request is answered or
-	// passed on, or, for a failed refund, after the next handlers have run.
-	// c is valid only while it runs.
+	// admitted (fail-open) or not, key and cost errors, and failed refunds,
+	// settlements, releases and renewals. It runs on the request's
+	// goroutine: before the request is answered or passed on, or, for a
+	// failed refund, after the next handlers have run; c is valid only
+	// while it runs. A failure at the end of a streamed body comes from
+	// fasthttp's goroutine with a nil c, since Fiber has reused the
+	// request's by then.
 	//
 	// Optional. Default: a hook that logs each error with slog.Default at
-	// level Error.
+	// level Error but Redis failures, which the limiter reports once per
+	// outage (see slidelimit.WithLogger).
 	ErrorHook func(c *fiber.Ctx, err error)
 
 	// Headers selects the rate-limit header fields set on every decided
@@ -129,6 +133,30 @@ type Config struct {
 	//
 	// Optional. Default: httplimit.Failed, 400 and above.
 	Failed func(status int) bool
+
+	// Settle settles each admitted request from its response: once the
+	// next handlers have run, or a body they stream has been sent, it is
+	// given the response's status (as for SkipFailedRequests), header
+	// fields and body (its last 64 KiB, adapter.MaxBody) and returns the
+	// request's actual cost, and whether it knows it. The request is then
+	// settled to that cost (slidelimit.Limiter.Settle) at the time it was
+	// admitted, so that a cost known only after the response, such as an
+	// LLM's tokens, counts exactly: admit an estimate (Cost, such as the
+	// request's max_tokens), and settle what it used, read from the body
+	// by httplimit.TotalTokens. When Settle does not know, the request
+	// keeps its estimate. The settlement releases the request's places in
+	// flight too, in one Redis round trip; a request that
+	// SkipFailedRequests or SkipSuccessfulRequests gives back is refunded
+	// instead. The body is kept only when Settle is set.
+	//
+	// Settle is given the response alone, not c: Fiber reuses c once the
+	// handlers return, before a streamed body has been sent. A handler
+	// that knows the cost itself can set it in a header field of the
+	// response.
+	//
+	// Optional. Default: nil, which settles nothing: a request keeps the
+	// cost it was admitted for.
+	Settle func(r httplimit.Response) (actual int, ok bool)
 }
 
 // ConfigDefault is the configuration New uses for every field a Config
@@ -171,7 +199,11 @@ func DefaultErrorHandler(_ *fiber.Ctx, err error) error {
 }
 
 func logError(c *fiber.Ctx, err error) {
+	if c == nil { // the end of a streamed body, after Fiber reused c
+		adapter.LogError(context.Background(), "fiberlimit", err)
+		return
+	}
 	// The path is copied: Fiber reuses its bytes, and a slog handler may
 	// keep the record after the request.
-	slog.ErrorContext(c.UserContext(), "fiberlimit: rate limit", "method", c.Method(), "path", strings.Clone(c.Path()), "err", err)
+	adapter.LogError(c.UserContext(), "fiberlimit", err, "method", c.Method(), "path", strings.Clone(c.Path()))
 }

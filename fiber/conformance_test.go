@@ -1,6 +1,9 @@
 package fiberlimit_test
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"net"
 	"net/http"
 	"strconv"
@@ -9,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/adaptertest"
+	"github.com/slidelimit/slidelimit/core/httplimit"
 	fiberlimit "github.com/slidelimit/slidelimit/fiber"
 	"github.com/valyala/fasthttp"
 )
@@ -33,21 +37,46 @@ func TestConformance(t *testing.T) {
 		if s.PlanHeader != "" {
 			cfg.Limits = func(c *fiber.Ctx) []slidelimit.Limit { return adaptertest.Plan(c.Get(s.PlanHeader)) }
 		}
+		if s.Settle {
+			cfg.Settle = httplimit.TotalTokens
+		}
 		if s.Hook != nil {
 			cfg.ErrorHook = func(_ *fiber.Ctx, err error) { s.Hook(err) }
 		}
 		app := newApp()
-		app.Use(fiberlimit.New(s.Limiter, cfg), func(c *fiber.Ctx) error {
-			h := http.Header{}
-			c.Request().Header.VisitAll(func(k, v []byte) { h.Add(string(k), string(v)) })
-			return c.SendStatus(adaptertest.WantStatus(h))
-		})
+		app.Use(fiberlimit.New(s.Limiter, cfg), answer)
 		return fasthttpServer(app.Handler())
 	})
 }
 
+// answer answers as the request asks (adaptertest.AnswerTo), a stream
+// with a body stream writer, the way Fiber streams.
+func answer(c *fiber.Ctx) error {
+	h := http.Header{}
+	c.Request().Header.VisitAll(func(k, v []byte) { h.Add(string(k), string(v)) })
+	a := adaptertest.AnswerTo(h)
+	c.Status(a.Status)
+	if !a.Stream {
+		a.Wait(context.Background())
+		return c.Send(bytes.Join(a.Body(), nil))
+	}
+	c.Set(fiber.HeaderContentType, "text/event-stream")
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		for i, chunk := range a.Body() {
+			_, _ = w.Write(chunk)
+			_ = w.Flush()
+			if i == 0 {
+				a.Wait(context.Background())
+			}
+		}
+	})
+	return nil
+}
+
 // fasthttpServer serves each request with h as Fiber's server would, from
-// the request's peer.
+// the request's peer: it reads a streamed body to its end, then closes
+// the request's user values, as fasthttp does once it has written the
+// response.
 func fasthttpServer(h fasthttp.RequestHandler) adaptertest.Server {
 	return func(t testing.TB, r adaptertest.Request) adaptertest.Response {
 		hr := r.HTTPRequest(t)
@@ -64,6 +93,8 @@ func fasthttpServer(h fasthttp.RequestHandler) adaptertest.Server {
 		h(&ctx)
 		header := http.Header{}
 		ctx.Response.Header.VisitAll(func(k, v []byte) { header.Add(string(k), string(v)) })
-		return adaptertest.HTTPResponse(ctx.Response.StatusCode(), header, append([]byte(nil), ctx.Response.Body()...))
+		body := append([]byte(nil), ctx.Response.Body()...)
+		ctx.ResetUserValues()
+		return adaptertest.HTTPResponse(ctx.Response.StatusCode(), header, body)
 	}
 }

@@ -50,9 +50,13 @@
 // status 503 and Retry-After set. Every error goes to Config.ErrorHook,
 // which logs with log/slog by default.
 //
-// # Refunds
+// # Refunds, settling and places in flight
 //
 // Config.SkipFailedRequests and Config.SkipSuccessfulRequests give a
 // request's units back, with slidelimit.Limiter.Refund, when its final
-// status is failed (400 and above) or successful.
+// status is failed (400 and above) or successful. Config.Settle settles a
+// request admitted at an estimate to the actual cost its response reports,
+// such as an LLM's usage (httplimit.TotalTokens). A request admitted under
+// an in-flight limit (slidelimit.InFlight) holds its place until the
+// handlers have returned and a body they stream has been sent.
 package fiberlimit

@@ -3,6 +3,7 @@ package fiberlimit
 import (
 	"context"
 	"errors"
+	"net/http"
 	"reflect"
 	"strings"
 
@@ -23,6 +24,14 @@ import (
 // admitted request goes on to the next handler; a denied one is answered by
 // Config.LimitReached, by default 429 Too Many Requests with Retry-After and
 // an application/problem+json body.
+//
+// A request admitted under an in-flight limit (slidelimit.InFlight) holds
+// its place while the next handlers run, renewed for as long as they run,
+// and releases it when they return or panic; a body they stream
+// (c.SendStream, c.Context().SetBodyStreamWriter) keeps it until the
+// stream has been sent. With Config.Settle, the request is settled from
+// its response to its actual cost, in the same round trip; a stream at
+// its end.
 //
 // When Redis fails, the limiter's slidelimit.FailurePolicy decides. Under
 // FailOpen, the default, the request goes on with no rate-limit headers,
@@ -50,8 +59,41 @@ func New(lim *slidelimit.Limiter, config ...Config) fiber.Handler {
 		Hook:         func(_ context.Context, c *fiber.Ctx, err error) { cfg.ErrorHook(c, err) },
 		RefundFailed: cfg.SkipFailedRequests, RefundSuccessful: cfg.SkipSuccessfulRequests, Failed: cfg.Failed,
 	}
+	if cfg.Settle != nil {
+		f.Settle = func(_ *fiber.Ctx, r adapter.Response) (int, bool) { return cfg.Settle(r) }
+	}
 	return func(c *fiber.Ctx) error {
-		return f.Serve(c.UserContext(), c, c.Next, cfg.LimitReached, cfg.ErrorHandler, status)
+		ctx := c.UserContext()
+		d := f.Decide(ctx, c)
+		switch d.Verdict {
+		case adapter.Deny:
+			return cfg.LimitReached(c, d.Result)
+		case adapter.Fail:
+			return cfg.ErrorHandler(c, d.Err)
+		}
+		p := f.Pend(ctx, c, d)
+		if p == nil {
+			return c.Next() // nothing owed at the end
+		}
+		defer p.Abort() // a panic releases the places in flight
+		err := c.Next()
+		resp := c.Response()
+		if resp.IsBodyStream() {
+			// Sent after the handlers return: the request ends when it has been.
+			c.Context().SetUserValue(p, ended(p.Hold()))
+			if p.Captures() {
+				teeBodyStream(resp, p)
+			}
+		} else if p.Captures() {
+			_, _ = p.Write(resp.Body())
+		}
+		var header http.Header
+		if p.Captures() {
+			header = make(http.Header)
+			resp.Header.VisitAll(func(k, v []byte) { header.Add(string(k), string(v)) })
+		}
+		p.End(status(c, err), header)
+		return err
 	}
 }
 

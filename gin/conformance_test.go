@@ -7,6 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/adaptertest"
+	"github.com/slidelimit/slidelimit/core/httplimit"
 	ginlimit "github.com/slidelimit/slidelimit/gin"
 )
 
@@ -34,12 +35,15 @@ func TestConformance(t *testing.T) {
 		if s.RefundSuccessful {
 			opts = append(opts, ginlimit.WithRefundSuccessful())
 		}
+		if s.Settle {
+			opts = append(opts, ginlimit.WithSettle(func(_ *gin.Context, r httplimit.Response) (int, bool) { return httplimit.TotalTokens(r) }))
+		}
 		if s.Hook != nil {
 			opts = append(opts, ginlimit.WithErrorHook(func(_ *gin.Context, err error) { s.Hook(err) }))
 		}
 		r := gin.New()
 		r.Use(ginlimit.New(s.Limiter, opts...))
-		r.NoRoute(func(c *gin.Context) { c.Status(adaptertest.WantStatus(c.Request.Header)) })
+		r.NoRoute(func(c *gin.Context) { adaptertest.AnswerTo(c.Request.Header).Serve(c.Writer, c.Request) })
 		return adaptertest.HTTPServer(r)
 	})
 }

@@ -40,4 +40,13 @@
 // default) passes the request on without rate-limit headers, fail-closed
 // aborts with 503 and Retry-After. Every error goes to the error hook,
 // which logs with log/slog unless WithErrorHook replaces it.
+//
+// # Refunds, settling and places in flight
+//
+// WithRefundFailed and WithRefundSuccessful give a request's units back
+// by its final status. WithSettle settles a request admitted at an
+// estimate to the actual cost its response reports, such as an LLM's
+// usage (httplimit.TotalTokens), or a handler stored with c.Set. A request
+// admitted under an in-flight limit (slidelimit.InFlight) holds its place
+// until the rest of the chain returns.
 package ginlimit

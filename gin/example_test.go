@@ -5,17 +5,19 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
+	"github.com/slidelimit/slidelimit/core/httplimit"
 	ginlimit "github.com/slidelimit/slidelimit/gin"
 )
 
 // Limit one route to 5 requests per 10 seconds per client IP.
 func ExampleNew() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	lim, err := slidelimit.New(rdb, slidelimit.Per(5, 10*time.Second))
 	if err != nil {
 		log.Fatal(err)
@@ -90,10 +92,30 @@ func ExampleJoinKeys() {
 	// route:GET /items/:id|user:alice <nil>
 }
 
-// Different limits per route: a tight one for search, a general one for the
-// rest of the API, each client counted per route.
+// Different limits per plan, from one limiter: each signed-in user is held
+// to the limits of the plan an authentication middleware stored.
+func ExampleWithLimits() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(60).Named("free"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	plans := map[string][]slidelimit.Limit{
+		"pro": {slidelimit.PerMinute(600).Named("pro"), slidelimit.PerSecond(20)},
+	}
+	r := gin.New()
+	r.Use(ginlimit.New(lim,
+		ginlimit.WithKey(ginlimit.KeyByContext(gin.AuthUserKey)),
+		ginlimit.WithLimits(func(c *gin.Context) []slidelimit.Limit {
+			return plans[c.GetString("plan")] // nil: the limiter's own, free
+		}),
+	))
+}
+
+// Different limiters per route: a tight one for search, a general one for
+// the rest of the API, each client counted per route.
 func ExampleWithLimiterFunc() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	general, err := slidelimit.New(rdb, slidelimit.PerMinute(300), slidelimit.WithLimits(slidelimit.PerSecond(10)))
 	if err != nil {
 		log.Fatal(err)
@@ -114,4 +136,29 @@ func ExampleWithLimiterFunc() {
 		ginlimit.WithRefundFailed(),
 	))
 	api.GET("/search", func(c *gin.Context) { c.String(http.StatusOK, "results") })
+}
+
+// An LLM proxy: admit each request at its estimate, its max_tokens, and
+// settle it to the tokens its response used, read from the JSON body or
+// the stream of Server-Sent Events it sent.
+func ExampleWithSettle() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(100_000).Named("tpm"),
+		slidelimit.WithLimits(slidelimit.InFlight(8, time.Minute).Named("concurrent")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var chat gin.HandlerFunc // the handler that calls the model
+	r := gin.New()
+	r.POST("/v1/chat/completions", ginlimit.New(lim,
+		ginlimit.WithKey(ginlimit.KeyByHeader("Authorization")),
+		ginlimit.WithCost(func(c *gin.Context) int {
+			if n, err := strconv.Atoi(c.GetHeader("X-Max-Tokens")); err == nil && n > 0 {
+				return n
+			}
+			return 1_000
+		}),
+		ginlimit.WithSettle(func(_ *gin.Context, r httplimit.Response) (int, bool) { return httplimit.TotalTokens(r) }),
+	), chat)
+	_ = r.Run(":8080")
 }

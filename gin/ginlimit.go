@@ -20,6 +20,13 @@ import (
 // (WithDenyHandler). The flow is package adapter's, the one every adapter
 // of this project runs.
 //
+// A request admitted under an in-flight limit (slidelimit.InFlight) holds
+// its place while the rest of the chain runs, renewed for as long as it
+// runs, and releases it when the chain returns or panics. With
+// WithSettle, the request is settled from its response to its actual
+// cost, in the same round trip; a streamed response (c.Stream, c.SSEvent)
+// is settled when the chain returns, after its last event.
+//
 // When Redis fails, the limiter's slidelimit.FailurePolicy decides. Under
 // FailOpen, the default, the request goes on with no rate-limit headers,
 // since none could be checked; under FailClosed it is aborted with 503 and
@@ -31,7 +38,7 @@ import (
 // is no limiter is answered by the error handler. The middleware is safe for
 // concurrent use.
 func New(lim *slidelimit.Limiter, opts ...Option) gin.HandlerFunc {
-	o := adapter.NewOptions(adapter.Options[*gin.Context, DenyHandler, ErrorHandler]{
+	o := adapter.NewOptions(config{
 		Key: KeyByIP, Deny: DefaultDenyHandler, Fail: DefaultErrorHandler, Hook: logError, Failed: httplimit.Failed,
 	}, opts)
 	f := o.Flow("ginlimit", lim)
@@ -47,8 +54,45 @@ func New(lim *slidelimit.Limiter, opts ...Option) gin.HandlerFunc {
 			o.Fail(c, d.Err)
 			c.Abort()
 		default:
-			c.Next()
-			f.Finish(ctx, c, d, c.Writer.Status())
+			serve(c, f.Pend(ctx, c, d))
 		}
 	}
+}
+
+// serve runs the rest of the chain for the admitted request c, and ends
+// it through p.
+func serve(c *gin.Context, p *adapter.Pending[*gin.Context]) {
+	if p == nil {
+		c.Next() // nothing owed at the end
+		return
+	}
+	defer p.Abort() // a panic releases the places in flight
+	if p.Captures() {
+		w := &bodyWriter{ResponseWriter: c.Writer, body: p}
+		c.Writer = w
+		defer func() { c.Writer = w.ResponseWriter }()
+	}
+	c.Next()
+	p.End(c.Writer.Status(), c.Writer.Header())
+}
+
+// bodyWriter passes the body on to the writer it wraps and writes it to
+// body too, for the settle function.
+type bodyWriter struct {
+	gin.ResponseWriter
+	body *adapter.Pending[*gin.Context]
+}
+
+// Write writes b to the response and to the body kept.
+func (w *bodyWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	_, _ = w.body.Write(b[:n])
+	return n, err
+}
+
+// WriteString writes s to the response and to the body kept.
+func (w *bodyWriter) WriteString(s string) (int, error) {
+	n, err := w.ResponseWriter.WriteString(s)
+	_, _ = w.body.Write([]byte(s[:n]))
+	return n, err
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
@@ -207,5 +208,15 @@ func TestKeyFuncs(t *testing.T) {
 				t.Errorf("key(%s from %s) = %q, %v, want %q, %v", tt.path, tt.remote, got, err, tt.want, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestOptionIsThisPackages keeps Option a type of this package rather than
+// an alias of package adapter's generic one, so that go doc lists it here
+// with its With… functions.
+func TestOptionIsThisPackages(t *testing.T) {
+	typ := reflect.TypeFor[ginlimit.Option]()
+	if got, want := typ.PkgPath()+"."+typ.Name(), "github.com/slidelimit/slidelimit/gin.Option"; got != want {
+		t.Errorf("ginlimit.Option is %s, want %s", got, want)
 	}
 }

@@ -80,14 +80,6 @@ func KeyByGinClientIP(c *gin.Context) (string, error) {
 	return slidelimit.IPIdentity(addr, 0), nil
 }
 
-// KeyByClientIP is KeyByGinClientIP.
-//
-// Deprecated: use ClientIP{TrustedProxies: ...}.Key, which reads every
-// line of X-Forwarded-For, or KeyByGinClientIP to keep Gin's resolution.
-func KeyByClientIP(c *gin.Context) (string, error) {
-	return KeyByGinClientIP(c)
-}
-
 // KeyByHeader keys a request by the value of the header name, such as an
 // API key, as slidelimit.HeaderIdentity(name, value, opts...): by default
 // "header:x-api-key:sha256:" and a digest of the value, so that the secret

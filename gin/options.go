@@ -1,7 +1,6 @@
 package ginlimit
 
 import (
-	"log/slog"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -10,11 +9,16 @@ import (
 	"github.com/slidelimit/slidelimit/core/httplimit"
 )
 
-// Option configures the middleware returned by New.
-type Option = adapter.Option[*gin.Context, DenyHandler, ErrorHandler]
+// Option configures the middleware returned by New. The With… functions
+// of this package make them; a nil Option is ignored.
+type Option func(*config)
+
+// config is the middleware's settings, the fields package adapter shares
+// with every adapter that takes With… options.
+type config = adapter.Options[*gin.Context, DenyHandler, ErrorHandler]
 
 // set builds the options.
-var set adapter.Set[*gin.Context, DenyHandler, ErrorHandler]
+var set adapter.Set[Option, *gin.Context, DenyHandler, ErrorHandler]
 
 // DenyHandler answers a request the limiter denied. When it runs, the
 // rate-limit headers, Retry-After among them, are already set; res is the
@@ -74,7 +78,9 @@ func WithErrorHandler(h ErrorHandler) Option { return set.Fail(h) }
 
 // WithErrorHook sets f to receive every error the middleware meets: Redis
 // failures, admitted (fail-open) or not, key and cost errors, and failed
-// refunds. The default logs each error with slog.Default at level Error.
+// refunds. The default logs each error with slog.Default at level Error
+// but Redis failures, which the limiter reports once per outage (see
+// slidelimit.WithLogger).
 // To have gin.Logger print them instead, pass
 // func(c *gin.Context, err error) { _ = c.Error(err) }, but mind error
 // middleware that turns c.Errors into a failure response: under fail-open,
@@ -104,6 +110,28 @@ func WithRefundSuccessful() Option { return set.RefundSuccessful() }
 // httplimit.Failed: 400 and above. A nil f keeps the default.
 func WithFailedStatus(f func(status int) bool) Option { return set.Failed(f) }
 
+// WithSettle settles each admitted request from its response: once the
+// rest of the chain has run, f is given c and the response's status,
+// header fields and body (its last 64 KiB, adapter.MaxBody) and returns
+// the request's actual cost, and whether it knows it. The request is then
+// settled to that cost (slidelimit.Limiter.Settle) at the time it was
+// admitted, so that a cost known only after the response, such as an
+// LLM's tokens, counts exactly: admit an estimate (WithCost, such as the
+// request's max_tokens), and settle what it used, read from the body by
+// httplimit.TotalTokens or from what a handler stored with c.Set:
+//
+//	ginlimit.WithSettle(func(_ *gin.Context, r httplimit.Response) (int, bool) { return httplimit.TotalTokens(r) })
+//	ginlimit.WithSettle(func(c *gin.Context, _ httplimit.Response) (int, bool) { n, ok := c.Get("tokens"); t, _ := n.(int); return t, ok })
+//
+// When f does not know, the request keeps its estimate. The settlement
+// releases the request's places in flight too, in one Redis round trip; a
+// request a refund option gives back is refunded instead. The body is
+// kept only when f is set. The default settles nothing: a request keeps
+// the cost it was admitted for.
+func WithSettle(f func(c *gin.Context, r httplimit.Response) (actual int, ok bool)) Option {
+	return set.Settle(f)
+}
+
 // DefaultDenyHandler answers 429 Too Many Requests with the
 // application/problem+json body of httplimit.NewProblem(res). It is the
 // default of WithDenyHandler.
@@ -119,5 +147,5 @@ func DefaultErrorHandler(c *gin.Context, err error) {
 }
 
 func logError(c *gin.Context, err error) {
-	slog.ErrorContext(c.Request.Context(), "ginlimit: rate limit", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err)
+	adapter.LogError(c.Request.Context(), "ginlimit", err, "method", c.Request.Method, "path", c.Request.URL.Path)
 }

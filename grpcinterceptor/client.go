@@ -177,6 +177,12 @@ func RetryDelay(err error) (time.Duration, bool) {
 // retry delay (slidelimit.Limiter.Block), so that every process sharing
 // lim stops calling until then.
 //
+// A call whose answer comes more than 25 ms after its admission (it waited
+// for a connection to be dialed, or for a busy server) has its admission
+// moved to when the answer came (slidelimit.Limiter.Shift), as
+// httplimit.Transport does: the server counted it by then, so no call
+// admitted later can reach it within a window of one it counted.
+//
 // A call that cannot be admitted before its context ends is not sent: it
 // fails with the context's status, or at once with codes.DeadlineExceeded
 // when the deadline comes before the limit or a block could admit it. It
@@ -192,12 +198,37 @@ func RetryDelay(err error) (time.Duration, bool) {
 func UnaryClientWaitInterceptor(lim *slidelimit.Limiter, opts ...ClientOption) grpc.UnaryClientInterceptor {
 	c := newClientConfig(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		if err := c.wait(ctx, lim, method, cc); err != nil {
+		res, err := c.wait(ctx, lim, method, cc)
+		if err != nil {
 			return err
 		}
-		err := invoker(ctx, method, req, reply, cc, callOpts...)
+		admitted := time.Now()
+		err = invoker(ctx, method, req, reply, cc, callOpts...)
+		if !res.Fallback {
+			shiftIfLate(ctx, lim, res, admitted)
+		}
 		c.recordThrottle(ctx, lim, method, cc, err)
 		return err
+	}
+}
+
+// answeredLate is how long after its admission a call's answer may come
+// before UnaryClientWaitInterceptor moves its admission to when it came
+// (slidelimit.Limiter.Shift), as httplimit.Transport does for a request:
+// a server counts a call when it arrives, at the latest when it answers,
+// so a call that waited for a connection, or for a busy server, would
+// otherwise be counted by the server in a window the limiter has moved
+// past. A window's margin covers what arrives sooner.
+const answeredLate = 25 * time.Millisecond
+
+// shiftIfLate moves the admission res, made at admitted, to now if that is
+// more than answeredLate later: off the caller's goroutine, and owed even
+// if the caller is gone. A failure is dropped: the call has been made, and
+// the limiter reports an outage itself.
+func shiftIfLate(ctx context.Context, lim *slidelimit.Limiter, res slidelimit.Result, admitted time.Time) {
+	if late := time.Since(admitted); late > answeredLate {
+		ctx = context.WithoutCancel(ctx)
+		go func() { _ = lim.Shift(ctx, res, late) }()
 	}
 }
 
@@ -209,7 +240,7 @@ func UnaryClientWaitInterceptor(lim *slidelimit.Limiter, opts ...ClientOption) g
 func StreamClientWaitInterceptor(lim *slidelimit.Limiter, opts ...ClientOption) grpc.StreamClientInterceptor {
 	c := newClientConfig(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
-		if err := c.wait(ctx, lim, method, cc); err != nil {
+		if _, err := c.wait(ctx, lim, method, cc); err != nil {
 			return nil, err
 		}
 		cs, err := streamer(ctx, desc, cc, method, callOpts...)
@@ -236,14 +267,15 @@ func (s *throttleStream) RecvMsg(m any) error {
 	return err
 }
 
-// wait waits until lim admits the call; the error is a gRPC status.
-func (c *clientConfig) wait(ctx context.Context, lim *slidelimit.Limiter, method string, cc *grpc.ClientConn) error {
+// wait waits until lim admits the call, and returns the admission; the
+// error is a gRPC status.
+func (c *clientConfig) wait(ctx context.Context, lim *slidelimit.Limiter, method string, cc *grpc.ClientConn) (slidelimit.Result, error) {
 	if lim == nil {
-		return status.Error(codes.Internal, "grpclimit: client wait interceptor has no limiter")
+		return slidelimit.Result{}, status.Error(codes.Internal, "grpclimit: client wait interceptor has no limiter")
 	}
 	key, err := c.key(ctx, method, cc)
 	if err != nil {
-		return status.Errorf(codes.Internal, "grpclimit: key of %s: %v", method, err)
+		return slidelimit.Result{}, status.Errorf(codes.Internal, "grpclimit: key of %s: %v", method, err)
 	}
 	n := 1
 	if c.cost != nil {
@@ -252,15 +284,15 @@ func (c *clientConfig) wait(ctx context.Context, lim *slidelimit.Limiter, method
 	res, err := lim.WaitN(ctx, key, n)
 	switch {
 	case err == nil || res.Allowed:
-		return nil // a Fallback admission: the FailurePolicy said send
+		return res, nil // or a Fallback admission: the FailurePolicy said send
 	case errors.Is(err, slidelimit.ErrWouldExceedDeadline):
-		return status.Errorf(codes.DeadlineExceeded, "grpclimit: %s: %v", key, err)
+		return res, status.Errorf(codes.DeadlineExceeded, "grpclimit: %s: %v", key, err)
 	case ctx.Err() != nil:
-		return status.FromContextError(ctx.Err()).Err()
+		return res, status.FromContextError(ctx.Err()).Err()
 	case errors.Is(err, slidelimit.ErrInvalidCost), errors.Is(err, slidelimit.ErrInvalidKey):
-		return status.Errorf(codes.Internal, "grpclimit: %v", err)
+		return res, status.Errorf(codes.Internal, "grpclimit: %v", err)
 	}
-	return status.Errorf(codes.Unavailable, "grpclimit: %v", err)
+	return res, status.Errorf(codes.Unavailable, "grpclimit: %v", err)
 }
 
 // recordThrottle blocks the call's key in lim when err is a

@@ -122,3 +122,31 @@ func TestClientKeys(t *testing.T) {
 		t.Errorf("ClientKeyByMethod = %q, %v, want method:/pkg.S/M", got, err)
 	}
 }
+
+// TestUnaryClientWaitInterceptorCountsWhenTheServerAnswered: a call the
+// server answers 300 ms after its admission has its admission moved to
+// when the answer came, so the next call waits a whole window from then.
+func TestUnaryClientWaitInterceptorCountsWhenTheServerAnswered(t *testing.T) {
+	t.Parallel()
+	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(1, time.Second), slidelimit.WithDenyCache(0)) // Peek asks Redis
+	slow := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		time.Sleep(300 * time.Millisecond)
+		return h(ctx, req)
+	}
+	srv := startServer(t, []grpc.UnaryServerInterceptor{slow}, nil)
+	conn := grpctest.Dial(t, srv.addr, grpc.WithUnaryInterceptor(grpclimit.UnaryClientWaitInterceptor(lim, grpclimit.WithClientKey(grpclimit.ClientKeyByMethod))))
+	if r := say(t.Context(), conn, "slow"); r.err != nil {
+		t.Fatalf("Say = %v, want OK", r.err)
+	}
+	answered := time.Now()
+	eventually(t, 2*time.Second, "the admission moved to the answer: a whole window to wait from it", func() bool {
+		res, err := lim.Peek(t.Context(), "method:"+grpctest.MethodSay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Remaining != 0 || time.Since(answered) > 500*time.Millisecond {
+			t.Fatalf("Peek %v after the answer = %+v, want the window full", time.Since(answered), res)
+		}
+		return res.RetryAfter+time.Since(answered) > 900*time.Millisecond // unmoved: about 700 ms
+	})
+}

@@ -2,6 +2,8 @@ package grpclimit_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -25,8 +27,9 @@ import (
 // The conformance service: one unary method per path the suite sends to,
 // each answering with the code of the status the request asks for.
 const (
-	suiteService = "adaptertest.Suite"
-	peerKey      = "x-adaptertest-peer"
+	suiteService  = "adaptertest.Suite"
+	streamService = "adaptertest.StreamSuite" // the same methods, each a server stream
+	peerKey       = "x-adaptertest-peer"
 )
 
 // codeHTTP maps the codes the interceptors and the handler answer with to
@@ -46,7 +49,10 @@ func TestConformance(t *testing.T) {
 		if s.KeyHeader != "" {
 			key = grpclimit.KeyByMetadata(s.KeyHeader)
 		}
-		path := func(call grpclimit.Call) string { return strings.TrimPrefix(call.FullMethod, "/"+suiteService) }
+		path := func(call grpclimit.Call) string {
+			_, method, _ := strings.Cut(call.FullMethod[1:], "/")
+			return "/" + method
+		}
 		opts := []grpclimit.Option{
 			grpclimit.WithKey(key),
 			grpclimit.WithTrustedProxies(s.ClientIP.TrustedProxies...),
@@ -72,20 +78,33 @@ func TestConformance(t *testing.T) {
 		if s.RefundSuccessful {
 			opts = append(opts, grpclimit.WithRefundSuccessful())
 		}
+		if s.Settle {
+			opts = append(opts, grpclimit.WithSettle(func(_ context.Context, _ grpclimit.Call, r grpclimit.Response) (int, bool) {
+				n, err := strconv.Atoi(strings.Join(r.Trailer.Get(adaptertest.UsageKey), ""))
+				return n, err == nil
+			}))
+		}
 		if s.Hook != nil {
 			opts = append(opts, grpclimit.WithErrorHook(func(_ context.Context, _ string, err error) { s.Hook(err) }))
 		}
-		conn := grpctest.Dial(t, startSuiteServer(t, grpclimit.UnaryServerInterceptor(s.Limiter, opts...)))
+		conn := grpctest.Dial(t, startSuiteServer(t, grpclimit.UnaryServerInterceptor(s.Limiter, opts...),
+			grpclimit.StreamServerInterceptor(s.Limiter, opts...)))
 		return func(t testing.TB, r adaptertest.Request) adaptertest.Response {
 			md := metadata.MD{peerKey: {r.Peer.String()}}
-			for name, values := range r.Header {
+			for name, values := range r.HTTPRequest(t).Header { // r.Header, and how to answer
 				for _, v := range values {
 					md.Append(name, printable(v))
 				}
 			}
 			var header, trailer metadata.MD
-			err := conn.Invoke(metadata.NewOutgoingContext(t.Context(), md), "/"+suiteService+r.Path,
-				wrapperspb.String(strconv.Itoa(r.Status)), new(wrapperspb.StringValue), grpc.Header(&header), grpc.Trailer(&trailer))
+			ctx := metadata.NewOutgoingContext(t.Context(), md)
+			in := wrapperspb.String(strconv.Itoa(r.Status))
+			var err error
+			if r.Stream {
+				err = stream(ctx, conn, "/"+streamService+r.Path, in, grpc.Header(&header), grpc.Trailer(&trailer))
+			} else {
+				err = conn.Invoke(ctx, "/"+suiteService+r.Path, in, new(wrapperspb.StringValue), grpc.Header(&header), grpc.Trailer(&trailer))
+			}
 			res := adaptertest.Response{Status: http.StatusInternalServerError, Header: http.Header{}}
 			if s, ok := codeHTTP[status.Code(err)]; ok {
 				res.Status = s
@@ -107,6 +126,29 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// stream calls the server stream method with in, and reads its messages
+// to the end.
+func stream(ctx context.Context, conn *grpc.ClientConn, method string, in any, opts ...grpc.CallOption) error {
+	cs, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method, opts...)
+	if err != nil {
+		return err
+	}
+	if err := cs.SendMsg(in); err != nil {
+		return err
+	}
+	if err := cs.CloseSend(); err != nil {
+		return err
+	}
+	for {
+		if err := cs.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
 // printable returns v as gRPC metadata may carry it: printable ASCII,
 // anything else escaped, so that distinct values stay distinct.
 func printable(v string) string {
@@ -119,16 +161,23 @@ func printable(v string) string {
 }
 
 // startSuiteServer serves the conformance service on 127.0.0.1 behind
-// limit, with the peer taken from the request's peerKey metadata.
-func startSuiteServer(t *testing.T, limit grpc.UnaryServerInterceptor) string {
+// the limits, with the peer taken from the request's peerKey metadata:
+// each method unary in suiteService, a server stream in streamService.
+func startSuiteServer(t *testing.T, limit grpc.UnaryServerInterceptor, limitStream grpc.StreamServerInterceptor) string {
 	t.Helper()
-	setPeer := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	withPeer := func(ctx context.Context) context.Context {
 		if v := metadata.ValueFromIncomingContext(ctx, peerKey); len(v) == 1 {
 			if ip := net.ParseIP(v[0]); ip != nil {
 				ctx = peer.NewContext(ctx, &peer.Peer{Addr: &net.TCPAddr{IP: ip, Port: 40000}})
 			}
 		}
-		return h(ctx, req)
+		return ctx
+	}
+	setPeer := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(withPeer(ctx), req)
+	}
+	setStreamPeer := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, &peerStream{ss, withPeer(ss.Context())})
 	}
 	answer := func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 		in := new(wrapperspb.StringValue)
@@ -136,21 +185,76 @@ func startSuiteServer(t *testing.T, limit grpc.UnaryServerInterceptor) string {
 			return nil, err
 		}
 		method, _ := grpc.Method(ctx)
-		return interceptor(ctx, in, &grpc.UnaryServerInfo{FullMethod: method}, func(_ context.Context, req any) (any, error) {
-			switch s, _ := strconv.Atoi(req.(*wrapperspb.StringValue).GetValue()); {
-			case s >= http.StatusInternalServerError:
-				return nil, status.Error(codes.Internal, "asked to fail")
-			case s >= http.StatusBadRequest:
-				return nil, status.Error(codes.FailedPrecondition, "asked to fail")
+		return interceptor(ctx, in, &grpc.UnaryServerInfo{FullMethod: method}, func(ctx context.Context, req any) (any, error) {
+			a := answerTo(ctx)
+			a.Wait(ctx)
+			if a.Usage > 0 {
+				_ = grpc.SetTrailer(ctx, metadata.Pairs(adaptertest.UsageKey, strconv.Itoa(a.Usage)))
+			}
+			if err := codeOf(req.(*wrapperspb.StringValue)); err != nil {
+				return nil, err
 			}
 			return req, nil
 		})
 	}
+	answerStream := func(_ any, ss grpc.ServerStream) error {
+		in := new(wrapperspb.StringValue)
+		if err := ss.RecvMsg(in); err != nil {
+			return err
+		}
+		a := answerTo(ss.Context())
+		for i, chunk := range a.Body() {
+			if err := ss.SendMsg(wrapperspb.String(string(chunk))); err != nil {
+				return err
+			}
+			if i == 0 {
+				a.Wait(ss.Context())
+			}
+		}
+		if a.Usage > 0 {
+			ss.SetTrailer(metadata.Pairs(adaptertest.UsageKey, strconv.Itoa(a.Usage)))
+		}
+		return codeOf(in)
+	}
 	desc := grpc.ServiceDesc{ServiceName: suiteService, HandlerType: (*any)(nil)}
+	streams := grpc.ServiceDesc{ServiceName: streamService, HandlerType: (*any)(nil)}
 	for _, m := range []string{"a", "b", "healthz"} {
 		desc.Methods = append(desc.Methods, grpc.MethodDesc{MethodName: m, Handler: answer})
+		streams.Streams = append(streams.Streams, grpc.StreamDesc{StreamName: m, Handler: answerStream, ServerStreams: true})
 	}
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(setPeer, limit))
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(setPeer, limit), grpc.ChainStreamInterceptor(setStreamPeer, limitStream))
 	gs.RegisterService(&desc, struct{}{})
+	gs.RegisterService(&streams, struct{}{})
 	return grpctest.Serve(t, gs)
+}
+
+// peerStream is a stream whose context carries the peer.
+type peerStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *peerStream) Context() context.Context { return s.ctx }
+
+// answerTo returns how to answer the call of ctx, from its metadata.
+func answerTo(ctx context.Context) adaptertest.Answer {
+	md, _ := metadata.FromIncomingContext(ctx)
+	h := http.Header{}
+	for k, vs := range md {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	return adaptertest.AnswerTo(h)
+}
+
+// codeOf returns the status of the HTTP status in, as the suite asks.
+func codeOf(in *wrapperspb.StringValue) error {
+	switch s, _ := strconv.Atoi(in.GetValue()); {
+	case s >= http.StatusInternalServerError:
+		return status.Error(codes.Internal, "asked to fail")
+	case s >= http.StatusBadRequest:
+		return status.Error(codes.FailedPrecondition, "asked to fail")
+	}
+	return nil
 }

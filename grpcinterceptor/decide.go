@@ -37,6 +37,7 @@ type verdict struct {
 type rpc struct {
 	ctx  context.Context
 	call Call
+	out  *outcome // what the handler sent, for WithSettle; nil without it
 }
 
 // newFlow sets up c.flow, the decision flow every adapter of this project
@@ -56,6 +57,7 @@ func (c *config) newFlow() {
 		},
 		RefundFailed: c.refundFail, RefundSuccessful: c.refundOK,
 		Failed: func(code int) bool { return c.failed(codes.Code(code)) },
+		Settle: c.settleFunc(),
 	}
 	if c.cost != nil {
 		c.flow.Cost = func(r rpc) int { return c.cost(r.ctx, r.call) }
@@ -67,7 +69,11 @@ func (c *config) newFlow() {
 
 // newCall describes the call to key functions and selectors.
 func (c *config) newCall(ctx context.Context, fullMethod string) rpc {
-	return rpc{ctx, Call{FullMethod: fullMethod, ClientIP: c.clientIP(ctx)}}
+	r := rpc{ctx: ctx, call: Call{FullMethod: fullMethod, ClientIP: c.clientIP(ctx)}}
+	if c.settle != nil {
+		r.out = &outcome{}
+	}
+	return r
 }
 
 // skipped reports whether call is exempt from every limit.

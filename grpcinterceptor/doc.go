@@ -18,7 +18,10 @@
 // (WithKey, WithTrustedProxies). Methods can have their own limiters
 // (WithMethodLimiters, WithLimiterFunc), streams can also be limited per
 // received message (WithMessageLimit), and calls can give their units back
-// by status code (WithRefundFailed, WithRefundSuccessful).
+// by status code (WithRefundFailed, WithRefundSuccessful) or be settled to
+// their actual cost from their response message or trailer (WithSettle).
+// A call admitted under an in-flight limit (slidelimit.InFlight) holds its
+// place until its handler returns: a stream for its whole life.
 //
 // # Keys
 //

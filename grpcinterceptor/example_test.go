@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 // Limit every method to 100 calls a minute per client IP address, except
 // the health service.
 func ExampleUnaryServerInterceptor() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(100))
 	if err != nil {
 		log.Fatal(err)
@@ -39,7 +40,7 @@ func ExampleUnaryServerInterceptor() {
 // Give an expensive method a tighter limit than the rest, and count each
 // caller by API key, or by IP address when it sends none.
 func ExampleWithMethodLimiters() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	general, err := slidelimit.New(rdb, slidelimit.PerMinute(600))
 	if err != nil {
 		log.Fatal(err)
@@ -59,7 +60,7 @@ func ExampleWithMethodLimiters() {
 
 // Behind a load balancer, believe its x-forwarded-for, and nobody else's.
 func ExampleWithTrustedProxies() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	lim, err := slidelimit.New(rdb, slidelimit.PerSecond(20))
 	if err != nil {
 		log.Fatal(err)
@@ -78,7 +79,7 @@ func ExampleWithTrustedProxies() {
 // Limit each stream when it opens, and each message it sends to the server
 // to 50 a second per method and client.
 func ExampleWithMessageLimit() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	streams, err := slidelimit.New(rdb, slidelimit.PerMinute(30))
 	if err != nil {
 		log.Fatal(err)
@@ -163,11 +164,43 @@ func ExampleRetryDelay() {
 //
 //	ratelimit.UnaryServerInterceptor(grpclimit.NewLimiter(lim))
 func ExampleNewLimiter() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(100))
 	if err != nil {
 		log.Fatal(err)
 	}
 	var l interface{ Limit(context.Context) error } = grpclimit.NewLimiter(lim)
 	_ = l
+}
+
+// An LLM service: admit each call at its estimate, the max_tokens its
+// caller sent in metadata, under a budget of tokens per minute and four
+// calls in flight per API key, and settle it to the tokens its handler
+// reports in the "x-total-tokens" trailer (grpc.SetTrailer, or a stream's
+// SetTrailer).
+func ExampleWithSettle() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(100_000).Named("tpm"),
+		slidelimit.WithLimits(slidelimit.InFlight(4, time.Minute).Named("concurrent")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	opts := []grpclimit.Option{
+		grpclimit.WithKey(grpclimit.KeyByMetadata("x-api-key")),
+		grpclimit.WithCost(func(ctx context.Context, _ grpclimit.Call) int {
+			if n, err := strconv.Atoi(strings.Join(metadata.ValueFromIncomingContext(ctx, "x-max-tokens"), "")); err == nil && n > 0 {
+				return n
+			}
+			return 1_000
+		}),
+		grpclimit.WithSettle(func(_ context.Context, _ grpclimit.Call, r grpclimit.Response) (int, bool) {
+			n, err := strconv.Atoi(strings.Join(r.Trailer.Get("x-total-tokens"), ""))
+			return n, err == nil
+		}),
+	}
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, opts...)),
+		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(lim, opts...)),
+	)
+	_ = srv // register services, then srv.Serve(listener)
 }

@@ -30,6 +30,11 @@ import (
 // off); when the handler fails they go to the trailers instead, so that
 // the handler's own error stays retryable too.
 //
+// A call admitted under an in-flight limit (slidelimit.InFlight) holds its
+// place while the handler runs, renewed for as long as it runs, and
+// releases it when the handler returns or panics; with WithSettle, the
+// call is settled from its response in the same round trip.
+//
 // When Redis fails or is slower than the limiter's timeout
 // (slidelimit.WithTimeout), the limiter's failure policy decides: fail-open
 // lets the call through, fail-closed refuses it with codes.Unavailable and
@@ -46,8 +51,17 @@ func UnaryServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.UnaryS
 			}
 			return nil, v.err
 		}
-		resp, err := handler(ctx, req)
-		c.flow.Finish(ctx, r, v.d, int(status.Code(err)))
+		p := c.flow.Pend(ctx, r, v.d)
+		defer p.Abort() // a panic releases the places in flight
+		hctx := ctx
+		if p.Captures() {
+			hctx = recording(ctx, r.out)
+		}
+		resp, err := handler(hctx, req)
+		if p.Captures() && err == nil {
+			r.out.sent(resp)
+		}
+		p.End(int(status.Code(err)), nil)
 		if len(v.md) > 0 {
 			// A handler that sent its headers itself leaves SetHeader
 			// failing; the fields then go to the trailers.
@@ -71,6 +85,10 @@ func UnaryServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.UnaryS
 // An allowed stream's rate-limit fields join its response headers when the
 // handler first sends a header or a message; a handler that fails before
 // sending either gets them in its trailers instead.
+//
+// A stream admitted under an in-flight limit holds its place until its
+// handler returns; with WithSettle, it is settled then, from its last sent
+// message and its trailer.
 func StreamServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.StreamServerInterceptor {
 	c := newConfig(lim, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -105,13 +123,18 @@ func StreamServerInterceptor(lim *slidelimit.Limiter, opts ...Option) grpc.Strea
 				w.msgID = id
 			}
 		}
-		if w.header == nil && w.msgLimiter == nil {
+		p := c.flow.Pend(ctx, r, open.d)
+		defer p.Abort() // a panic releases the places in flight
+		if p.Captures() {
+			w.out, w.ctx = r.out, recording(ctx, r.out)
+		}
+		if w.header == nil && w.msgLimiter == nil && w.out == nil {
 			err := handler(srv, ss) // nothing to add: no wrapper
-			c.flow.Finish(ctx, r, open.d, int(status.Code(err)))
+			p.End(int(status.Code(err)), nil)
 			return err
 		}
 		err := handler(srv, w)
-		c.flow.Finish(ctx, r, open.d, int(status.Code(err)))
+		p.End(int(status.Code(err)), nil)
 		if md := w.takeHeader(); md != nil {
 			if err != nil || ss.SetHeader(md) != nil {
 				ss.SetTrailer(md)
@@ -129,6 +152,8 @@ type serverStream struct {
 	r          rpc
 	msgLimiter *slidelimit.Limiter // nil: messages are not limited
 	msgID      string
+	out        *outcome        // what the handler sends, for WithSettle; nil without it
+	ctx        context.Context // the stream's context, recording trailers for out
 
 	mu     sync.Mutex
 	header metadata.MD // fields not yet added to the headers
@@ -147,7 +172,7 @@ func (s *serverStream) takeHeader() metadata.MD {
 func (s *serverStream) addHeader() {
 	if md := s.takeHeader(); md != nil {
 		if s.SetHeader(md) != nil { // headers already sent another way
-			s.SetTrailer(md)
+			s.ServerStream.SetTrailer(md)
 		}
 	}
 }
@@ -158,10 +183,32 @@ func (s *serverStream) SendHeader(md metadata.MD) error {
 	return s.ServerStream.SendHeader(md)
 }
 
-// SendMsg sends m, after the headers with the rate-limit fields.
+// SendMsg sends m, after the headers with the rate-limit fields, and
+// records it for WithSettle.
 func (s *serverStream) SendMsg(m any) error {
 	s.addHeader()
-	return s.ServerStream.SendMsg(m)
+	err := s.ServerStream.SendMsg(m)
+	if err == nil && s.out != nil {
+		s.out.sent(m)
+	}
+	return err
+}
+
+// SetTrailer sets the trailer, and records it for WithSettle.
+func (s *serverStream) SetTrailer(md metadata.MD) {
+	s.ServerStream.SetTrailer(md)
+	if s.out != nil {
+		s.out.setTrailer(md)
+	}
+}
+
+// Context returns the stream's context, in which grpc.SetTrailer is
+// recorded for WithSettle too.
+func (s *serverStream) Context() context.Context {
+	if s.ctx != nil {
+		return s.ctx
+	}
+	return s.ServerStream.Context()
 }
 
 // RecvMsg receives a message and, under WithMessageLimit, counts it.
@@ -174,7 +221,7 @@ func (s *serverStream) RecvMsg(m any) error {
 	if v.err != nil {
 		s.takeHeader() // the stream's fields would contradict the message's
 		if len(v.md) > 0 {
-			s.SetTrailer(v.md)
+			s.ServerStream.SetTrailer(v.md)
 		}
 	}
 	return v.err

@@ -129,11 +129,6 @@ func JoinKeys(keys ...KeyFunc) KeyFunc {
 	}
 }
 
-// Join is JoinKeys.
-//
-// Deprecated: use JoinKeys, the name every adapter of this project uses.
-func Join(keys ...KeyFunc) KeyFunc { return JoinKeys(keys...) }
-
 // FirstKey returns a KeyFunc that tries keys in order and returns the
 // first identity found: FirstKey(KeyByMetadata("x-api-key"), KeyByIP)
 // limits calls with an API key by that key and the others by IP address. A
@@ -155,11 +150,6 @@ func FirstKey(keys ...KeyFunc) KeyFunc {
 		return "", err
 	}
 }
-
-// FirstOf is FirstKey.
-//
-// Deprecated: use FirstKey, the name every adapter of this project uses.
-func FirstOf(keys ...KeyFunc) KeyFunc { return FirstKey(keys...) }
 
 // DefaultForwardedKey is the metadata key read for the client's address
 // when the peer is a trusted proxy, unless WithForwardedKey names another.

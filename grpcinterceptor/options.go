@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"log/slog"
 	"net/netip"
 	"strings"
 
@@ -43,6 +42,7 @@ type config struct {
 	msgLimiter   *slidelimit.Limiter
 	msgKey       KeyFunc
 	onError      ErrorHook
+	settle       func(ctx context.Context, call Call, r Response) (int, bool)
 	flow         adapter.Flow[rpc]
 }
 
@@ -63,10 +63,9 @@ func newConfig(lim *slidelimit.Limiter, opts []Option) *config {
 	return c
 }
 
-// logError is the default ErrorHook: slog at level Error, as the HTTP
-// adapters log.
+// logError is the default ErrorHook (see adapter.LogError).
 func logError(ctx context.Context, fullMethod string, err error) {
-	slog.ErrorContext(ctx, "grpclimit: rate limit", "method", fullMethod, "err", err)
+	adapter.LogError(ctx, "grpclimit", err, "method", fullMethod)
 }
 
 // WithKey sets how callers are identified. The default is KeyByIP: the
@@ -130,13 +129,6 @@ func WithSkip(skip func(ctx context.Context, call Call) bool) Option {
 	return func(c *config) { c.skipFunc = skip }
 }
 
-// WithSkipFunc is WithSkip.
-//
-// Deprecated: use WithSkip, the name every adapter of this project uses.
-func WithSkipFunc(skip func(ctx context.Context, call Call) bool) Option {
-	return WithSkip(skip)
-}
-
 // WithCost sets how many units a call takes, such as more for an expensive
 // method; a stream takes its cost once, when it opens (messages counted by
 // WithMessageLimit take one each). A cost below 1 or above the smallest
@@ -177,6 +169,11 @@ func WithRefundSuccessful() Option {
 // WithFailedCode sets which status codes make a call failed, for
 // WithRefundFailed and WithRefundSuccessful. The default is Failed: any
 // code but codes.OK. A nil f keeps the default.
+//
+// It is the HTTP adapters' WithFailedStatus for gRPC, named for what f is
+// given: a call ends with a codes.Code, not an HTTP status, just as
+// KeyByMetadata and KeyByMethod name what the HTTP adapters' KeyByHeader
+// and KeyByRoute read there.
 func WithFailedCode(f func(code codes.Code) bool) Option {
 	return func(c *config) {
 		if f != nil {
@@ -255,7 +252,9 @@ func WithMessageLimit(lim *slidelimit.Limiter, key KeyFunc) Option {
 // WithErrorHook reports errors to hook instead of the default logger.
 // A Redis failure is reported whether the failure policy admits the call
 // (fail-open, the default) or refuses it (fail-closed). A nil hook
-// discards errors. The default logs each with slog.Default at level Error.
+// discards errors. The default logs each with slog.Default at level Error
+// but Redis failures, which the limiter reports once per outage (see
+// slidelimit.WithLogger).
 func WithErrorHook(hook ErrorHook) Option {
 	return func(c *config) { c.onError = hook }
 }

@@ -120,14 +120,21 @@ func (m *Metrics) Observer(limiter string) slidelimit.Observer {
 	// Options built once, so that a measurement allocates nothing for them.
 	byLimiter := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(name))}
 	var bySeries sync.Map // series → []metric.AddOption
-	return func(ctx context.Context, o slidelimit.Observation) {
-		s := series{o.Result.Limit, o.Outcome()}
+	count := func(ctx context.Context, s series) {
 		attrs, ok := bySeries.Load(s)
 		if !ok {
 			set := attribute.NewSet(name, KeyLimit.String(s.limit.String()), KeyOutcome.String(string(s.outcome)))
 			attrs, _ = bySeries.LoadOrStore(s, []metric.AddOption{metric.WithAttributeSet(set)})
 		}
 		m.decisions.Add(ctx, 1, attrs.([]metric.AddOption)...)
+	}
+	return func(ctx context.Context, o slidelimit.Observation) {
+		s := series{o.Result.Limit, o.Outcome()}
+		count(ctx, s)
+		// A shadow limit being rolled out counts its would-be denials.
+		for _, limit := range o.ShadowDenied() {
+			count(ctx, series{limit, slidelimit.OutcomeShadowDenied})
+		}
 		m.duration.Record(ctx, o.Latency.Seconds(), byLimiter...)
 		if !m.events {
 			return

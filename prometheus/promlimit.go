@@ -84,17 +84,23 @@ func New(opts ...Option) *Metrics {
 func (m *Metrics) Observer(limiter string) slidelimit.Observer {
 	duration := m.duration.WithLabelValues(limiter)
 	var byLimit sync.Map // slidelimit.Limit → map[slidelimit.Outcome]prometheus.Counter
-	return func(_ context.Context, o slidelimit.Observation) {
-		counters, ok := byLimit.Load(o.Result.Limit)
+	count := func(limit slidelimit.Limit, outcome slidelimit.Outcome) {
+		counters, ok := byLimit.Load(limit)
 		if !ok {
-			counters, _ = byLimit.LoadOrStore(o.Result.Limit, m.counters(limiter, o.Result.Limit.String()))
+			counters, _ = byLimit.LoadOrStore(limit, m.counters(limiter, limit.String()))
 		}
-		outcome := o.Outcome()
 		if c, ok := counters.(map[slidelimit.Outcome]prometheus.Counter)[outcome]; ok {
 			c.Inc()
 		} else {
 			// An outcome added to slidelimit after this package was built.
-			m.decisions.WithLabelValues(limiter, o.Result.Limit.String(), string(outcome)).Inc()
+			m.decisions.WithLabelValues(limiter, limit.String(), string(outcome)).Inc()
+		}
+	}
+	return func(_ context.Context, o slidelimit.Observation) {
+		count(o.Result.Limit, o.Outcome())
+		// A shadow limit being rolled out counts its would-be denials.
+		for _, limit := range o.ShadowDenied() {
+			count(limit, slidelimit.OutcomeShadowDenied)
 		}
 		duration.Observe(o.Latency.Seconds())
 	}

@@ -20,22 +20,32 @@
 //  7. A denial is Deny; a Redis failure is reported to Hook and is Admit
 //     or Fail as the limiter's slidelimit.FailurePolicy decided; any other
 //     error is reported and is Fail.
+//  8. Once the admitted request has ended, its Pending settles it,
+//     refunds it or releases its places in flight.
 //
 // Decide returns a Decision: the adapter then only does what its verdict
 // says, in its framework's terms (call the next handler, answer 429, answer
-// the error), and, when the flow refunds by status, calls Finish with the
-// status the request ended with (step 8).
+// the error). An admitted request may owe something at its end: to be
+// settled from its response (Settle), refunded by its status
+// (RefundFailed, RefundSuccessful), or to release the places it holds in
+// flight (slidelimit.InFlight). Pend returns its Pending, nil when it owes
+// nothing. The Pending renews the request's places in flight while it
+// runs; the adapter writes the response's body to it while Captures, ends
+// it with End when the request has ended, and with a deferred Abort if its
+// handler panics. Ending takes one Redis round trip at most, and outlives
+// the request context's cancellation.
 //
 // Every adapter thus has the same defaults and wraps errors the same way:
-// "<name>: key: …" (a *KeyError), "<name>: refund: …", and ErrNoLimiter.
+// "<name>: key: …" (a *KeyError), "<name>: refund: …" ("settle",
+// "release", "renew"), and ErrNoLimiter.
 //
-// The rest is written once too. Options, Option and Set are the
-// functional options of an adapter in the With… style (httplimit,
-// ginlimit): the adapter declares type Option = adapter.Option[R, D, F]
-// with its request, deny-handler and error-handler types, and each With…
-// function is one line, func WithKey(f KeyFunc) Option { return
-// set.Key(f) }. WithDefaults fills a Config struct in the style of Echo's
-// and Fiber's middleware from its DefaultConfig. JoinKeys and FirstKey
+// The rest is written once too. Options and Set are the functional
+// options of an adapter in the With… style (httplimit, ginlimit): the
+// adapter declares its own Option type over Options with its request,
+// deny-handler and error-handler types, and each With… function is one
+// line, func WithKey(f KeyFunc) Option { return set.Key(f) }. WithDefaults
+// fills a Config struct in the style of Echo's and Fiber's middleware from
+// its DefaultConfig. JoinKeys and FirstKey
 // combine any adapter's key functions; Strict and Lenient convert between
 // key functions that fail with an error and those that return "".
 //
@@ -46,10 +56,25 @@
 // SetHeaders (slidelimit.Headers.SetHeader for an http.Header). In the
 // handler, call Decide; on Deny answer 429 with the denial (httplimit's
 // Problem is the body every HTTP adapter sends), on Fail answer
-// httplimit.FailureStatus(d.Err), otherwise call the next handler and, if
-// Refunds(d), Finish with the status it answered. In a framework whose
-// handlers return an error (Echo, Fiber), Serve does all of this given
-// the next handler, the deny and error handlers and the status an error
-// answers with. Then prove it: package
-// adaptertest runs every scenario the adapters of this project pass.
+// httplimit.FailureStatus(d.Err), otherwise call the next handler between
+// Pend and End:
+//
+//	p := f.Pend(ctx, c, d)
+//	if p == nil {
+//		return next(c) // nothing owed at the end: nothing to wrap
+//	}
+//	defer p.Abort() // a panic releases the places in flight
+//	… // next(c), with the body's bytes written to p if p.Captures()
+//	p.End(status, header)
+//
+// A streamed response (Server-Sent Events, a gRPC server stream) is
+// written to p as it goes, and End comes when the handler returns, after
+// the last message; the settle function then reads the end of the body.
+// ResponseWriter records the status and the body of an
+// http.ResponseWriter for it. A framework that sends a body after its
+// handler has returned (Fiber's body stream writer) keeps the request
+// from ending until then with Hold. A framework with no body (gRPC) gives
+// its settle function what it needs through C. Then prove it: package
+// adaptertest runs every scenario the adapters of this project pass,
+// settlement and places in flight among them.
 package adapter

@@ -27,7 +27,7 @@ type job struct {
 // decides, the adapter runs, requeues or drops the job.
 func ExampleFlow() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	lim, err := slidelimit.New(rdb, slidelimit.Per(3, time.Minute), slidelimit.WithPrefix("example-flow:"))
 	if err != nil {
@@ -63,4 +63,53 @@ func ExampleFlow() {
 	// run; remaining 0
 	// error: joblimit: key: job has no tenant
 	// drop
+}
+
+// task is a job whose actual cost is known once it has run.
+type task struct {
+	tenant   string
+	estimate int
+	work     int // what running it will use; 0: it will not say
+	used     int // set by the run
+}
+
+// ExampleFlow_Pend admits each task at its estimate, holds one of two
+// places in flight while it runs, and settles it to what it used.
+func ExampleFlow_Pend() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(120).Named("units"),
+		slidelimit.WithLimits(slidelimit.InFlight(2, time.Minute).Named("running")),
+		slidelimit.WithPrefix("example-pend:"))
+	if err != nil {
+		panic(err)
+	}
+	_ = lim.Reset(ctx, "tenant:acme")
+
+	f := &adapter.Flow[*task]{
+		Name:    "tasklimit",
+		Limiter: lim,
+		Key:     func(t *task) (string, error) { return "tenant:" + t.tenant, nil },
+		Cost:    func(t *task) int { return t.estimate },
+		Settle:  func(t *task, _ adapter.Response) (int, bool) { return t.used, t.used > 0 },
+	}
+	for _, t := range []*task{{tenant: "acme", estimate: 40, work: 25}, {tenant: "acme", estimate: 40}, {tenant: "acme", estimate: 40, work: 10}} {
+		d := f.Decide(ctx, t)
+		if d.Verdict != adapter.Admit {
+			fmt.Println("requeue")
+			continue
+		}
+		p := f.Pend(ctx, t, d)
+		fmt.Println("run at an estimate of", t.estimate, "; remaining", d.Result.Statuses[0].Remaining)
+		t.used = t.work // … run the task, which finds what it used
+		p.End(0, nil)   // settled to what it used, or left at its estimate; its place given back
+	}
+	res, _ := lim.Peek(ctx, "tenant:acme")
+	fmt.Println("remaining", res.Statuses[0].Remaining, "; running", 2-res.Statuses[1].Remaining)
+	// Output:
+	// run at an estimate of 40 ; remaining 80
+	// run at an estimate of 40 ; remaining 55
+	// run at an estimate of 40 ; remaining 15
+	// remaining 45 ; running 0
 }

@@ -27,13 +27,16 @@ const (
 	// the limiter is in shadow mode (Result.Shadow).
 	Admit
 	// Deny answers the request as denied (HTTP 429, gRPC
-	// ResourceExhausted); Decision.Result is the denial.
+	// ResourceExhausted); Decision.Result is the denial: the limits', or a
+	// Local one that FailLocal decided on this process's shares while
+	// Redis failed (then Decision.Err holds the Redis error, already given
+	// to Hook).
 	Deny
 	// Fail answers the request as undecidable: Decision.Err says why, and
 	// Hook has already been given it. An error wrapping
-	// slidelimit.ErrUnavailable is a Redis failure the FailurePolicy
-	// denied (HTTP 503, gRPC Unavailable); any other is the server's
-	// fault (HTTP 500, gRPC Internal).
+	// slidelimit.ErrUnavailable is a Redis failure FailClosed denied (HTTP
+	// 503, gRPC Unavailable); any other is the server's fault (HTTP 500,
+	// gRPC Internal).
 	Fail
 )
 
@@ -50,7 +53,8 @@ type Decision struct {
 	// Identity is the identity the limiter was asked about, "" if none.
 	Identity string
 
-	lim *slidelimit.Limiter // the limiter that decided, for a refund
+	lim  *slidelimit.Limiter // the limiter that decided, for the request's end (Pend)
+	cost int                 // the units it was asked to admit
 }
 
 // Flow is the decision flow of one middleware over requests of context
@@ -96,10 +100,10 @@ type Flow[C any] struct {
 	SetHeaders func(c C, res slidelimit.Result)
 	// Hook receives every error the flow meets: Redis failures, admitted
 	// (fail-open) or not, key, cost and limiter-choice errors, failed
-	// refunds. Default: log with slog.Default at level Error.
+	// refunds. Default: LogError.
 	Hook func(ctx context.Context, c C, err error)
 	// RefundFailed gives back the units of an admitted request whose
-	// status Failed deems failed, when Finish learns it.
+	// status Failed deems failed, when the request ends (Pending.End).
 	RefundFailed bool
 	// RefundSuccessful gives back the units of an admitted request whose
 	// status Failed deems not failed.
@@ -107,6 +111,18 @@ type Flow[C any] struct {
 	// Failed reports whether a status makes a request failed, for the
 	// refunds. Default: HTTPFailed, 400 and above.
 	Failed func(status int) bool
+	// Settle returns the actual cost of an admitted request from its
+	// response, once the request has ended, and whether it knows it: the
+	// total_tokens of an LLM's usage (httplimit.TotalTokens), a header a
+	// handler set. The request is then settled to it
+	// (slidelimit.Limiter.Settle), which also releases its places in
+	// flight; when it does not know, the request keeps the cost it was
+	// admitted for. A request that a refund setting gives back is not
+	// settled. The adapter gives it the body only when Settle is set, and
+	// only its last MaxBody bytes (see Pending). For a request a Hold kept
+	// beyond its handler, the framework may have reused c by the time
+	// Settle runs. Default: none.
+	Settle func(c C, r Response) (actual int, ok bool)
 }
 
 // HTTPFailed reports whether an HTTP status makes a request failed by
@@ -196,68 +212,18 @@ func (f *Flow[C]) Check(ctx context.Context, c C, lim *slidelimit.Limiter, id st
 	if f.SetHeaders != nil {
 		f.SetHeaders(c, res)
 	}
-	d := Decision{Verdict: Admit, Result: res, Err: err, Identity: id, lim: lim}
-	switch {
-	case err != nil:
+	d := Decision{Verdict: Admit, Result: res, Err: err, Identity: id, lim: lim, cost: cost}
+	if err != nil {
 		f.hook(ctx, c, err)
-		if !res.Allowed {
-			d.Verdict = Fail
-		}
-	case !res.Allowed:
+	}
+	switch {
+	case res.Allowed:
+	case res.Local, err == nil:
 		d.Verdict = Deny
+	default:
+		d.Verdict = Fail
 	}
 	return d
-}
-
-// Refunds reports whether d's units go back by status: whether the adapter
-// must learn the status the request ends with and call Finish. Only
-// requests the limits admitted under RefundFailed or RefundSuccessful do.
-func (f *Flow[C]) Refunds(d Decision) bool {
-	return (f.RefundFailed || f.RefundSuccessful) && d.Verdict == Admit && d.lim != nil && d.Result.Allowed && !d.Result.Fallback
-}
-
-// Finish ends the flow for an admitted request that ended with status:
-// it gives the request's units back when Refunds and the refund settings
-// say so. A failed refund goes to Hook. The refund is owed even when the
-// client is gone, so it outlives ctx's cancellation, bounded by the
-// limiter's timeout.
-func (f *Flow[C]) Finish(ctx context.Context, c C, d Decision, status int) {
-	if !f.Refunds(d) {
-		return
-	}
-	failed := f.Failed
-	if failed == nil {
-		failed = HTTPFailed
-	}
-	if bad := failed(status); bad && f.RefundFailed || !bad && f.RefundSuccessful {
-		if err := d.lim.Refund(context.WithoutCancel(ctx), d.Result); err != nil {
-			f.hook(ctx, c, fmt.Errorf("%s: refund: %w", f.Name, err))
-		}
-	}
-}
-
-// Serve runs the whole flow for the request c, whose context is ctx, in a
-// framework whose handlers return an error, such as Echo or Fiber: it calls
-// Decide, answers a denial with deny and a failure with fail, and
-// otherwise returns next's error. When the decision Refunds, it calls
-// Finish with the status status gives for next's error, the status the
-// framework will answer with.
-func (f *Flow[C]) Serve(ctx context.Context, c C, next func() error,
-	deny func(C, slidelimit.Result) error, fail func(C, error) error, status func(C, error) int,
-) error {
-	d := f.Decide(ctx, c)
-	switch d.Verdict {
-	case Deny:
-		return deny(c, d.Result)
-	case Fail:
-		return fail(c, d.Err)
-	}
-	if !f.Refunds(d) {
-		return next()
-	}
-	err := next()
-	f.Finish(ctx, c, d, status(c, err))
-	return err
 }
 
 // fail reports err and returns a Fail decision for it.
@@ -271,5 +237,17 @@ func (f *Flow[C]) hook(ctx context.Context, c C, err error) {
 		f.Hook(ctx, c, err)
 		return
 	}
-	slog.ErrorContext(ctx, f.Name+": rate limit", "err", err)
+	LogError(ctx, f.Name, err)
+}
+
+// LogError is every adapter's default error hook: it logs err with
+// slog.Default at level Error, as "<name>: rate limit" with attrs, but
+// for an error wrapping slidelimit.ErrUnavailable, which the limiter
+// reports itself once per outage (slidelimit.WithLogger) rather than once
+// per request.
+func LogError(ctx context.Context, name string, err error, attrs ...any) {
+	if errors.Is(err, slidelimit.ErrUnavailable) {
+		return
+	}
+	slog.ErrorContext(ctx, name+": rate limit", append(attrs, "err", err)...)
 }

@@ -9,9 +9,19 @@ import (
 
 // Options is the configuration of a middleware set by functional options,
 // as httplimit's and ginlimit's are, over requests of type R; D and F are
-// the adapter's deny and error handler types. An adapter declares its
-// Option as an Option of its types, builds its With… functions with a Set,
-// and reads the result with NewOptions.
+// the adapter's deny and error handler types. An adapter declares an
+// Option type of its own package whose underlying type is
+// func(*Options[R, D, F]), builds its With… functions with a Set, and
+// reads the result with NewOptions:
+//
+//	type config = adapter.Options[*gin.Context, DenyHandler, ErrorHandler]
+//	type Option func(*config)
+//	var set adapter.Set[Option, *gin.Context, DenyHandler, ErrorHandler]
+//	func WithKey(f KeyFunc) Option { return set.Key(f) }
+//
+// The Option type is the adapter's own, not an alias of a generic type
+// here, so that the adapter's documentation lists it with its With…
+// functions.
 type Options[R, D, F any] struct {
 	// Limiters chooses the limiter of a request (Flow.Limiters).
 	Limiters func(R) *slidelimit.Limiter
@@ -36,14 +46,13 @@ type Options[R, D, F any] struct {
 	RefundFailed, RefundSuccessful bool
 	// Failed is Flow.Failed.
 	Failed func(status int) bool
+	// Settle is Flow.Settle.
+	Settle func(R, Response) (actual int, ok bool)
 }
 
-// Option sets one field of Options.
-type Option[R, D, F any] func(*Options[R, D, F])
-
 // NewOptions returns defaults with opts applied in order; nil options are
-// skipped.
-func NewOptions[R, D, F any](defaults Options[R, D, F], opts []Option[R, D, F]) Options[R, D, F] {
+// skipped. O is the adapter's Option type.
+func NewOptions[O ~func(*Options[R, D, F]), R, D, F any](defaults Options[R, D, F], opts []O) Options[R, D, F] {
 	o := defaults
 	for _, opt := range opts {
 		if opt != nil {
@@ -58,7 +67,7 @@ func NewOptions[R, D, F any](defaults Options[R, D, F], opts []Option[R, D, F]) 
 func (o Options[R, D, F]) Flow(name string, lim *slidelimit.Limiter) Flow[R] {
 	f := Flow[R]{
 		Name: name, Limiter: lim, Limiters: o.Limiters, Skip: o.Skip, Key: o.Key, Cost: o.Cost, Limits: o.Limits,
-		RefundFailed: o.RefundFailed, RefundSuccessful: o.RefundSuccessful, Failed: o.Failed,
+		RefundFailed: o.RefundFailed, RefundSuccessful: o.RefundSuccessful, Failed: o.Failed, Settle: o.Settle,
 	}
 	if hook := o.Hook; hook != nil {
 		f.Hook = func(_ context.Context, r R, err error) { hook(r, err) }
@@ -66,13 +75,16 @@ func (o Options[R, D, F]) Flow(name string, lim *slidelimit.Limiter) Flow[R] {
 	return f
 }
 
-// Set builds the options of Options[R, D, F], one method per option, for
-// an adapter's With… functions: func WithKey(f KeyFunc) Option { return
-// set.Key(f) }. Its zero value is ready to use.
-type Set[R, D, F any] struct{}
+// Set builds the options of Options[R, D, F], one method per option, as
+// values of the adapter's Option type O, for its With… functions: func
+// WithKey(f KeyFunc) Option { return set.Key(f) }. Each method sets one
+// field, and those whose doc says so keep the default for a nil argument,
+// so that every adapter treats a nil option the same way. Its zero value
+// is ready to use.
+type Set[O ~func(*Options[R, D, F]), R, D, F any] struct{}
 
 // Key sets Options.Key; nil keeps the default.
-func (Set[R, D, F]) Key(f func(R) (string, error)) Option[R, D, F] {
+func (Set[O, R, D, F]) Key(f func(R) (string, error)) O {
 	return func(o *Options[R, D, F]) {
 		if f != nil {
 			o.Key = f
@@ -81,27 +93,27 @@ func (Set[R, D, F]) Key(f func(R) (string, error)) Option[R, D, F] {
 }
 
 // Limiters sets Options.Limiters.
-func (Set[R, D, F]) Limiters(f func(R) *slidelimit.Limiter) Option[R, D, F] {
+func (Set[O, R, D, F]) Limiters(f func(R) *slidelimit.Limiter) O {
 	return func(o *Options[R, D, F]) { o.Limiters = f }
 }
 
 // Cost sets Options.Cost.
-func (Set[R, D, F]) Cost(f func(R) int) Option[R, D, F] {
+func (Set[O, R, D, F]) Cost(f func(R) int) O {
 	return func(o *Options[R, D, F]) { o.Cost = f }
 }
 
 // Limits sets Options.Limits.
-func (Set[R, D, F]) Limits(f func(R) []slidelimit.Limit) Option[R, D, F] {
+func (Set[O, R, D, F]) Limits(f func(R) []slidelimit.Limit) O {
 	return func(o *Options[R, D, F]) { o.Limits = f }
 }
 
 // Skip sets Options.Skip.
-func (Set[R, D, F]) Skip(f func(R) bool) Option[R, D, F] {
+func (Set[O, R, D, F]) Skip(f func(R) bool) O {
 	return func(o *Options[R, D, F]) { o.Skip = f }
 }
 
 // Deny sets Options.Deny; nil keeps the default.
-func (Set[R, D, F]) Deny(h D) Option[R, D, F] {
+func (Set[O, R, D, F]) Deny(h D) O {
 	return func(o *Options[R, D, F]) {
 		if !isNil(h) {
 			o.Deny = h
@@ -110,7 +122,7 @@ func (Set[R, D, F]) Deny(h D) Option[R, D, F] {
 }
 
 // Fail sets Options.Fail; nil keeps the default.
-func (Set[R, D, F]) Fail(h F) Option[R, D, F] {
+func (Set[O, R, D, F]) Fail(h F) O {
 	return func(o *Options[R, D, F]) {
 		if !isNil(h) {
 			o.Fail = h
@@ -119,7 +131,7 @@ func (Set[R, D, F]) Fail(h F) Option[R, D, F] {
 }
 
 // Hook sets Options.Hook; nil keeps the default.
-func (Set[R, D, F]) Hook(f func(R, error)) Option[R, D, F] {
+func (Set[O, R, D, F]) Hook(f func(R, error)) O {
 	return func(o *Options[R, D, F]) {
 		if f != nil {
 			o.Hook = f
@@ -128,27 +140,32 @@ func (Set[R, D, F]) Hook(f func(R, error)) Option[R, D, F] {
 }
 
 // Headers sets Options.Headers.
-func (Set[R, D, F]) Headers(h slidelimit.Headers) Option[R, D, F] {
+func (Set[O, R, D, F]) Headers(h slidelimit.Headers) O {
 	return func(o *Options[R, D, F]) { o.Headers = h }
 }
 
 // RefundFailed sets Options.RefundFailed.
-func (Set[R, D, F]) RefundFailed() Option[R, D, F] {
+func (Set[O, R, D, F]) RefundFailed() O {
 	return func(o *Options[R, D, F]) { o.RefundFailed = true }
 }
 
 // RefundSuccessful sets Options.RefundSuccessful.
-func (Set[R, D, F]) RefundSuccessful() Option[R, D, F] {
+func (Set[O, R, D, F]) RefundSuccessful() O {
 	return func(o *Options[R, D, F]) { o.RefundSuccessful = true }
 }
 
 // Failed sets Options.Failed; nil keeps the default.
-func (Set[R, D, F]) Failed(f func(status int) bool) Option[R, D, F] {
+func (Set[O, R, D, F]) Failed(f func(status int) bool) O {
 	return func(o *Options[R, D, F]) {
 		if f != nil {
 			o.Failed = f
 		}
 	}
+}
+
+// Settle sets Options.Settle.
+func (Set[O, R, D, F]) Settle(f func(R, Response) (actual int, ok bool)) O {
+	return func(o *Options[R, D, F]) { o.Settle = f }
 }
 
 // isNil reports whether v is nil: a nil interface, or a nil func, map,

@@ -6,16 +6,18 @@ import (
 	"github.com/slidelimit/slidelimit/core/adapter"
 )
 
+// The types of an adapter over requests of type string.
 type (
-	deny func(string)
-	fail func(error)
+	deny   func(string)
+	fail   func(error)
+	option func(*adapter.Options[string, deny, fail])
 )
 
 func TestOptionsKeepDefaultsOnNil(t *testing.T) {
-	var set adapter.Set[string, deny, fail]
+	var set adapter.Set[option, string, deny, fail]
 	key := func(string) (string, error) { return "k", nil }
 	o := adapter.NewOptions(adapter.Options[string, deny, fail]{Key: key, Deny: func(string) {}, Fail: func(error) {}},
-		[]adapter.Option[string, deny, fail]{set.Key(nil), set.Deny(nil), set.Fail(nil), set.Hook(nil), nil, set.RefundFailed()})
+		[]option{set.Key(nil), set.Deny(nil), set.Fail(nil), set.Hook(nil), nil, set.RefundFailed()})
 	if o.Key == nil || o.Deny == nil || o.Fail == nil || !o.RefundFailed || o.RefundSuccessful {
 		t.Errorf("NewOptions with nil options = %+v, want the defaults kept and RefundFailed set", o)
 	}

@@ -49,6 +49,11 @@ type Settings struct {
 	// status of failed (status 400 and above; a gRPC code other than OK)
 	// and of successful requests.
 	RefundFailed, RefundSuccessful bool
+	// Settle turns on the adapter's settle function: each admitted request
+	// is settled to the units its response reports (Answer.Usage), which
+	// an HTTP adapter reads with httplimit.TotalTokens from the body, and
+	// a gRPC adapter from the UsageKey trailer.
+	Settle bool
 	// Hook must receive every error the adapter's error hook receives.
 	Hook func(err error)
 }
@@ -88,6 +93,15 @@ type Request struct {
 	// Status is the status the handler behind the adapter answers with
 	// (a gRPC handler maps it to a code); 0 means 200.
 	Status int
+	// Usage is the units the handler's response reports it used
+	// (Answer.Usage); 0 reports none.
+	Usage int
+	// Stream asks the handler for a streamed response (Answer.Stream): an
+	// HTTP glue sends the request as it is; a gRPC glue calls a server
+	// stream method of the same name.
+	Stream bool
+	// Gate, when set, holds the handler until it opens (Answer.Wait).
+	Gate *Gate
 }
 
 // Response is what came back.
@@ -142,13 +156,15 @@ func WantStatus(h http.Header) int {
 }
 
 // Handler is the net/http handler to put behind the adapter: it answers
-// every request with WantStatus of its header.
+// every request as AnswerTo its header says.
 var Handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-	w.WriteHeader(WantStatus(r.Header))
+	AnswerTo(r.Header).Serve(w, r)
 })
 
 // HTTPRequest returns r as an *http.Request: GET r.Path from r.Peer (port
-// 40000) with r.Header, and r.Status in StatusHeader.
+// 40000) with r.Header, and r.Status, r.Usage, r.Stream and r.Gate in the
+// fields AnswerTo reads (StatusHeader, UsageHeader, StreamHeader,
+// GateHeader).
 func (r Request) HTTPRequest(t testing.TB) *http.Request {
 	req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, r.Path, nil)
 	req.RemoteAddr = netip.AddrPortFrom(r.Peer, 40000).String()
@@ -159,6 +175,15 @@ func (r Request) HTTPRequest(t testing.TB) *http.Request {
 	}
 	if r.Status != 0 {
 		req.Header.Set(StatusHeader, strconv.Itoa(r.Status))
+	}
+	if r.Usage != 0 {
+		req.Header.Set(UsageHeader, strconv.Itoa(r.Usage))
+	}
+	if r.Stream {
+		req.Header.Set(StreamHeader, "1")
+	}
+	if r.Gate != nil {
+		req.Header.Set(GateHeader, r.Gate.id)
 	}
 	return req
 }

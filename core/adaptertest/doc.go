@@ -28,12 +28,23 @@
 //     error handed to the error hook, and limiting back when Redis is;
 //   - shadow: shadow mode admits denials and sends no quota fields for them;
 //   - refund: refund by status, of failed and of successful requests;
+//   - settle: requests admitted at an estimate and settled to the usage
+//     their response reports, in a whole body or at the end of a stream;
+//     none keeps the estimate, a refund by status comes first;
+//   - in flight: a request holds its place under an in-flight limit
+//     while its handler runs, or its stream is under way, and gives it
+//     back when it ends, failed or not;
 //   - skip, limiter choice and cost;
 //   - client IP: every proxy scenario of redistest.ClientIPScenarios and
 //     hostile forwarding headers;
 //   - hostile keys: identities of any content, each with its own quota, and
 //     a request without its key refused, any error the hook gets for it
 //     wrapping slidelimit.ErrInvalidKey.
+//
+// The handler behind the adapter answers as each Request asks (Answer):
+// with a status, a usage, a stream, held by a Gate. Handler is that
+// handler for net/http; a glue that needs a handler of its framework's
+// reads AnswerTo and answers the same way.
 //
 // Status codes are HTTP's; a gRPC adapter's glue maps its codes to them
 // (ResourceExhausted 429, Unavailable 503, Internal 500,

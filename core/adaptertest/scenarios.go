@@ -35,6 +35,8 @@ var scenarios = []scenario{
 	{"failure", failure},
 	{"shadow", shadow},
 	{"refund", refund},
+	{"settle", settle},
+	{"in flight", inFlight},
 	{"skip", skip},
 	{"limiter choice", limiterChoice},
 	{"cost", cost},
@@ -275,8 +277,9 @@ func headerSelection(t *testing.T, a Adapter) {
 
 // failure stops Redis under each failure policy: fail-open admits with no
 // quota fields, fail-closed answers 503 with Retry-After, fail-local keeps
-// limiting in the process; each failure reaches the error hook, and
-// limiting comes back with Redis.
+// limiting in the process, its denials answered as denials (429 with the
+// share's quota fields); each failure reaches the error hook, and limiting
+// comes back with Redis.
 func failure(t *testing.T, a Adapter) {
 	for _, tt := range []struct {
 		policy slidelimit.FailurePolicy
@@ -284,7 +287,7 @@ func failure(t *testing.T, a Adapter) {
 	}{
 		{slidelimit.FailOpen, Statuses(4, http.StatusOK)},
 		{slidelimit.FailClosed, Statuses(4, http.StatusServiceUnavailable)},
-		{slidelimit.FailLocal, Statuses(2, http.StatusOK, http.StatusServiceUnavailable, http.StatusServiceUnavailable)},
+		{slidelimit.FailLocal, Statuses(2, http.StatusOK, http.StatusTooManyRequests, http.StatusTooManyRequests)},
 	} {
 		t.Run(tt.policy.String(), func(t *testing.T) {
 			t.Parallel()
@@ -309,7 +312,13 @@ func failure(t *testing.T, a Adapter) {
 				if r.Status != want {
 					t.Errorf("%s = %d, want %d", what, r.Status, want)
 				}
-				noQuotaFields(t, what, r)
+				if tt.policy == slidelimit.FailLocal {
+					if r.Header.Get(slidelimit.FieldRateLimit) == "" {
+						t.Errorf("%s: no RateLimit field, want the local share's", what)
+					}
+				} else {
+					noQuotaFields(t, what, r)
+				}
 				if retry := r.Header.Get(slidelimit.FieldRetryAfter); (want != http.StatusOK) != (retry != "" && r.RetryAfter > 0) {
 					t.Errorf("%s: Retry-After %q, retry after %v; want them on refusals only", what, retry, r.RetryAfter)
 				}

@@ -34,6 +34,9 @@ func TestConformance(t *testing.T) {
 		if s.RefundSuccessful {
 			opts = append(opts, httplimit.WithRefundSuccessful())
 		}
+		if s.Settle {
+			opts = append(opts, httplimit.WithSettle(httplimit.TotalTokens))
+		}
 		if s.Hook != nil {
 			opts = append(opts, httplimit.WithErrorHook(func(_ *http.Request, err error) { s.Hook(err) }))
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,7 +20,7 @@ type userKey struct{}
 // Limit one route of an http.ServeMux to 5 requests per 10 seconds per
 // client IP.
 func ExampleNew() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	lim, err := slidelimit.New(rdb, slidelimit.Per(5, 10*time.Second))
 	if err != nil {
 		log.Fatal(err)
@@ -88,9 +89,31 @@ func ExampleKeyByContext() {
 	// user:alice <nil>
 }
 
-// Different limits per plan: one limiter per plan, chosen per request.
+// Different limits per plan, from one limiter: each request is held to the
+// limits of its client's plan, counted on the client's one log.
+func ExampleWithLimits() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(60).Named("free"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	pro := []slidelimit.Limit{slidelimit.PerMinute(600).Named("pro"), slidelimit.PerSecond(20)}
+	mw := httplimit.New(lim,
+		httplimit.WithKey(httplimit.KeyByHeader("X-API-Key")),
+		httplimit.WithLimits(func(r *http.Request) []slidelimit.Limit {
+			if r.Header.Get("X-Plan") == "pro" { // set by your auth layer
+				return pro
+			}
+			return nil // the limiter's own, free
+		}),
+	)
+	_ = mw
+}
+
+// A limiter per plan, chosen per request, for plans that differ in more
+// than their limits; WithLimits serves plans that differ only in those.
 func ExampleWithLimiterFunc() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	free, err := slidelimit.New(rdb, slidelimit.PerMinute(60).Named("free"))
 	if err != nil {
 		log.Fatal(err)
@@ -115,7 +138,7 @@ func ExampleWithLimiterFunc() {
 
 // Refuse requests while Redis is down, and count the outage.
 func ExampleWithErrorHook() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(100),
 		slidelimit.WithFailurePolicy(slidelimit.FailClosed), slidelimit.WithTimeout(50*time.Millisecond))
 	if err != nil {
@@ -125,4 +148,40 @@ func ExampleWithErrorHook() {
 		log.Printf("rate limit not checked for %s %s: %v", r.Method, r.URL.Path, err)
 	}))
 	_ = mw
+}
+
+// An LLM proxy: admit each request at its estimate, its max_tokens, under
+// a budget of tokens per minute and eight requests in flight per API key,
+// and settle it to the tokens its response used.
+func ExampleWithSettle() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(100_000).Named("tpm"),
+		slidelimit.WithLimits(slidelimit.InFlight(8, time.Minute).Named("concurrent")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	maxTokens := func(r *http.Request) int {
+		n, err := strconv.Atoi(r.Header.Get("X-Max-Tokens")) // or read from the JSON body
+		if err != nil || n < 1 {
+			return 1_000
+		}
+		return n
+	}
+	var upstream http.Handler // a reverse proxy to the model's server
+	handler := httplimit.New(lim,
+		httplimit.WithKey(httplimit.KeyByHeader("Authorization")),
+		httplimit.WithCost(maxTokens),
+		httplimit.WithSettle(httplimit.TotalTokens),
+	)(upstream)
+	_ = http.ListenAndServe(":8080", handler)
+}
+
+// TotalTokens reads the usage of a streamed chat completion from its last
+// data chunk.
+func ExampleTotalTokens() {
+	stream := "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":12,\"total_tokens\":21}}\n\n" +
+		"data: [DONE]\n\n"
+	fmt.Println(httplimit.TotalTokens(httplimit.Response{Status: http.StatusOK, Body: []byte(stream)}))
+	// Output: 21 true
 }

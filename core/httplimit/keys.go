@@ -63,9 +63,10 @@ func KeyByContext(key any) KeyFunc {
 	}
 }
 
-// KeyByPattern keys a request by the route it takes, as RouteIdentity of its
-// ServeMux pattern, such as "GET /items/{id}": slidelimit.RouteIdentity. Join it with a client key to
-// give every client a quota per route:
+// KeyByPattern keys a request by the route it takes, as
+// slidelimit.RouteIdentity of its ServeMux pattern, such as
+// "route:GET /items/{id}". Join it with a client key to give every client
+// a quota per route:
 //
 //	httplimit.JoinKeys(httplimit.KeyByPattern(mux), httplimit.KeyByIP)
 //
@@ -103,25 +104,4 @@ func JoinKeys(keys ...KeyFunc) KeyFunc {
 // does, it returns the last error.
 func FirstKey(keys ...KeyFunc) KeyFunc {
 	return adapter.FirstKey(keys...)
-}
-
-// HeaderIdentity is slidelimit.HeaderIdentity with the default hashing.
-//
-// Deprecated: use slidelimit.HeaderIdentity.
-func HeaderIdentity(name, value string) string {
-	return slidelimit.HeaderIdentity(name, value)
-}
-
-// RouteIdentity is slidelimit.RouteIdentity.
-//
-// Deprecated: use slidelimit.RouteIdentity.
-func RouteIdentity(route string) string {
-	return slidelimit.RouteIdentity(route)
-}
-
-// ContextIdentity is slidelimit.UserIdentity.
-//
-// Deprecated: use slidelimit.UserIdentity.
-func ContextIdentity(v any) (string, error) {
-	return slidelimit.UserIdentity(v)
 }

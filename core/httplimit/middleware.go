@@ -22,6 +22,15 @@ import (
 // body (WithDenyHandler). The flow is package adapter's, the one every
 // adapter of this project runs.
 //
+// A request admitted under an in-flight limit (slidelimit.InFlight) holds
+// its place until the next handler returns, or panics; then its place is
+// released. While it runs its lease is renewed, so that a request, or a
+// stream, longer than the lease keeps its place. With WithSettle, the
+// request is settled from its response to its actual cost, in the same
+// round trip.
+// A streamed response (Server-Sent Events) ends when the handler returns,
+// after its last flush.
+//
 // When Redis fails, the limiter's slidelimit.FailurePolicy decides. Under
 // FailOpen, the default, the request goes on with no rate-limit headers,
 // since none could be checked; under FailClosed it is answered 503 with
@@ -33,10 +42,17 @@ import (
 // is no limiter is answered by the error handler. The middleware is safe for
 // concurrent use.
 func New(lim *slidelimit.Limiter, opts ...Option) func(http.Handler) http.Handler {
-	cfg := newConfig(lim, opts)
+	m := newMiddleware(lim, newConfig(opts))
 	return func(next http.Handler) http.Handler {
-		return &handler{cfg: cfg, next: next}
+		return &handler{m: m, next: next}
 	}
+}
+
+// middleware is what every handler New wraps shares: the settings and
+// their decision flow.
+type middleware struct {
+	config
+	flow adapter.Flow[exchange]
 }
 
 // exchange is one request and its response writer, the context the flow
@@ -47,39 +63,48 @@ type exchange struct {
 }
 
 type handler struct {
-	cfg  *config
+	m    *middleware
 	next http.Handler
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := exchange{w, r}
-	f := &h.cfg.flow
+	f := &h.m.flow
 	d := f.Decide(r.Context(), x)
 	switch d.Verdict {
 	case adapter.Deny:
-		h.cfg.Deny(w, r, d.Result)
+		h.m.Deny(w, r, d.Result)
+		return
 	case adapter.Fail:
-		h.cfg.Fail(w, r, d.Err)
-	default:
-		if !f.Refunds(d) {
-			h.next.ServeHTTP(w, r)
-			return
-		}
-		sw := &statusWriter{ResponseWriter: w}
-		h.next.ServeHTTP(sw, r)
-		f.Finish(r.Context(), x, d, sw.Status())
+		h.m.Fail(w, r, d.Err)
+		return
 	}
+	p := f.Pend(r.Context(), x, d)
+	if p == nil {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	defer p.Abort() // a handler that panics releases its places in flight
+	rw := &adapter.ResponseWriter{ResponseWriter: w}
+	if p.Captures() {
+		rw.Body = p
+	}
+	h.next.ServeHTTP(rw, r)
+	p.End(rw.Status(), w.Header())
 }
 
-// newFlow sets up c.flow, the decision flow of c's settings, with lim.
-func (c *config) newFlow(lim *slidelimit.Limiter) {
-	o := c.Options
+// newMiddleware returns the middleware of o's settings, with lim.
+func newMiddleware(lim *slidelimit.Limiter, o config) *middleware {
+	c := &middleware{config: o}
 	c.flow = adapter.Flow[exchange]{
 		Name: "httplimit", Limiter: lim,
 		Key:          func(x exchange) (string, error) { return o.Key(x.r) },
 		SetHeaders:   func(x exchange, res slidelimit.Result) { o.Headers.SetHeader(res, x.w.Header()) },
 		Hook:         func(_ context.Context, x exchange, err error) { o.Hook(x.r, err) },
 		RefundFailed: o.RefundFailed, RefundSuccessful: o.RefundSuccessful, Failed: o.Failed,
+	}
+	if o.Settle != nil {
+		c.flow.Settle = func(x exchange, r adapter.Response) (int, bool) { return o.Settle(x.r, r) }
 	}
 	if o.Limiters != nil {
 		c.flow.Limiters = func(x exchange) *slidelimit.Limiter { return o.Limiters(x.r) }
@@ -93,4 +118,5 @@ func (c *config) newFlow(lim *slidelimit.Limiter) {
 	if o.Limits != nil {
 		c.flow.Limits = func(x exchange) []slidelimit.Limit { return o.Limits(x.r) }
 	}
+	return c
 }

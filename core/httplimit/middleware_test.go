@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -109,5 +110,15 @@ func TestNewNoLimiter(t *testing.T) {
 		}))(ok)
 	if got := adaptertest.Send(t, adaptertest.HTTPServer(h), 1, adaptertest.Request{Peer: client, Path: "/"}); got[0] != http.StatusTeapot || !errors.Is(handled, adapter.ErrNoLimiter) {
 		t.Errorf("GET / with no limiter = %v, handler got %v, want 418 and ErrNoLimiter", got, handled)
+	}
+}
+
+// TestOptionIsThisPackages keeps Option a type of this package rather than
+// an alias of package adapter's generic one, so that go doc lists it here
+// with its With… functions.
+func TestOptionIsThisPackages(t *testing.T) {
+	typ := reflect.TypeFor[httplimit.Option]()
+	if got, want := typ.PkgPath()+"."+typ.Name(), "github.com/slidelimit/slidelimit/core/httplimit.Option"; got != want {
+		t.Errorf("httplimit.Option is %s, want %s", got, want)
 	}
 }

@@ -1,18 +1,22 @@
 package httplimit
 
 import (
-	"log/slog"
 	"net/http"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/adapter"
 )
 
-// Option configures the middleware returned by New.
-type Option = adapter.Option[*http.Request, DenyHandler, ErrorHandler]
+// Option configures the middleware returned by New. The With… functions
+// of this package make them; a nil Option is ignored.
+type Option func(*config)
+
+// config is the middleware's settings, the fields package adapter shares
+// with every adapter that takes With… options.
+type config = adapter.Options[*http.Request, DenyHandler, ErrorHandler]
 
 // set builds the options.
-var set adapter.Set[*http.Request, DenyHandler, ErrorHandler]
+var set adapter.Set[Option, *http.Request, DenyHandler, ErrorHandler]
 
 // DenyHandler answers a request the limiter denied. When it runs, the
 // rate-limit headers, Retry-After among them, are already set on w; res is
@@ -25,11 +29,6 @@ type DenyHandler func(w http.ResponseWriter, r *http.Request, res slidelimit.Res
 // key function, the cost or the limiter choice failed. FailureStatus gives
 // the fitting status code.
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
-
-type config struct {
-	adapter.Options[*http.Request, DenyHandler, ErrorHandler]
-	flow adapter.Flow[exchange]
-}
 
 // WithKey sets how requests are told apart. The default is KeyByIP: the peer
 // address, with IPv6 grouped by /64 and no proxy trusted. Behind a proxy,
@@ -77,9 +76,9 @@ func WithErrorHandler(h ErrorHandler) Option { return set.Fail(h) }
 // WithErrorHook sets f to receive every error the middleware meets: Redis
 // failures, admitted (fail-open) or not, key and cost errors, and failed
 // refunds. It runs on the request's goroutine, so it should be fast. The
-// default logs each error with slog.Default at level Error; under
-// fail-open that is one line per request while Redis is down. A nil f
-// keeps the default.
+// default logs each error with slog.Default at level Error but Redis
+// failures, which the limiter reports once per outage (see
+// slidelimit.WithLogger). A nil f keeps the default.
 func WithErrorHook(f func(r *http.Request, err error)) Option { return set.Hook(f) }
 
 // WithHeaders selects the rate-limit header fields sent on every decided
@@ -105,18 +104,41 @@ func WithRefundSuccessful() Option { return set.RefundSuccessful() }
 // 400 and above. A nil f keeps the default.
 func WithFailedStatus(f func(status int) bool) Option { return set.Failed(f) }
 
+// WithSettle settles each admitted request from its response: once the
+// next handler has returned, f is given the response's status, header
+// fields and body (its last 64 KiB, adapter.MaxBody) and returns the
+// request's actual cost, and whether it knows it. The request is then
+// settled to that cost (slidelimit.Limiter.Settle) at the time it was
+// admitted, so that a cost known only after the response, such as an
+// LLM's tokens, counts exactly: admit an estimate (WithCost, such as the
+// request's max_tokens), and settle what it used (TotalTokens). When f
+// does not know, the request keeps its estimate. The settlement releases
+// the request's places in flight too, in one Redis round trip; a request
+// a refund option gives back is refunded instead. The body is kept only
+// when f is set. The default settles nothing: a request keeps the cost it
+// was admitted for.
+func WithSettle(f func(r Response) (actual int, ok bool)) Option {
+	if f == nil {
+		return set.Settle(nil)
+	}
+	return set.Settle(func(_ *http.Request, r Response) (int, bool) { return f(r) })
+}
+
+// Response is what a settle function is given of a response (WithSettle):
+// its status, its header fields, and the end of its body.
+type Response = adapter.Response
+
 // Failed reports whether status makes a request failed by default, for the
 // refund options of every adapter: 400 and above.
 func Failed(status int) bool {
 	return adapter.HTTPFailed(status)
 }
 
-func newConfig(lim *slidelimit.Limiter, opts []Option) *config {
-	c := &config{Options: adapter.NewOptions(adapter.Options[*http.Request, DenyHandler, ErrorHandler]{
+// newConfig returns the defaults with opts applied.
+func newConfig(opts []Option) config {
+	return adapter.NewOptions(config{
 		Key: KeyByIP, Deny: DefaultDenyHandler, Fail: DefaultErrorHandler, Hook: logError, Failed: Failed,
-	}, opts)}
-	c.newFlow(lim)
-	return c
+	}, opts)
 }
 
 // DefaultDenyHandler answers 429 Too Many Requests with the
@@ -136,5 +158,5 @@ func DefaultErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
 }
 
 func logError(r *http.Request, err error) {
-	slog.ErrorContext(r.Context(), "httplimit: rate limit", "method", r.Method, "path", r.URL.Path, "err", err)
+	adapter.LogError(r.Context(), "httplimit", err, "method", r.Method, "path", r.URL.Path)
 }

@@ -23,7 +23,13 @@ import (
 // once by the whole fleet.
 //
 // It sets nothing on the request the partner sees, and does not change
-// the response. A request that cannot be admitted before its context ends
+// the response. A request whose response comes more than 25 ms after its
+// admission (it waited for a connection to be dialed, for a busy host to
+// run it, or for the partner) has its admission moved to when the response
+// came (slidelimit.Limiter.Shift), after the partner counted it: so no
+// request admitted later can reach the partner within a window of one it
+// counted, and a window's margin only needs to cover those 25 ms and the
+// admission's reply. A request that cannot be admitted before its context ends
 // is not sent: RoundTrip returns the context's error, or one wrapping
 // slidelimit.ErrWouldExceedDeadline at once when the context's deadline
 // comes before the limit or a block could admit it.
@@ -79,7 +85,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		t.report(req, err)
 	}
+	admitted := time.Now()
 	resp, err := t.cfg.base.RoundTrip(req)
+	if !res.Fallback {
+		t.shiftIfLate(req, res, admitted)
+	}
 	if err != nil || !slices.Contains(t.cfg.throttled, resp.StatusCode) {
 		return resp, err
 	}
@@ -91,6 +101,29 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return resp, nil
+}
+
+// leftLate is how long after its admission a request's response may come
+// before the Transport moves its admission to when it came
+// (slidelimit.Limiter.Shift). A partner counts a request when it arrives,
+// at most when its response leaves: a request that dialed, waited for a
+// busy host or for the partner would otherwise be counted by the partner
+// in a window the limiter has moved past. A window's margin covers what
+// arrives sooner.
+const leftLate = 25 * time.Millisecond
+
+// shiftIfLate moves the admission res of req, made at admitted, to now if
+// that is more than leftLate later: off the caller's goroutine, and owed
+// even if the caller is gone by then.
+func (t *Transport) shiftIfLate(req *http.Request, res slidelimit.Result, admitted time.Time) {
+	if late := time.Since(admitted); late > leftLate {
+		ctx := context.WithoutCancel(req.Context())
+		go func() {
+			if err := t.lim.Shift(ctx, res, late); err != nil {
+				t.report(req, err)
+			}
+		}()
+	}
 }
 
 // report passes err to the error hook, if there is one.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -100,7 +102,7 @@ func TestTransportWaitsForTheLimitAndSetsNothing(t *testing.T) {
 	}
 	// Seven waited for their turn: the log never holds more than 3.
 	key, _ := slidelimit.Key(prefix, "host:"+strings.TrimPrefix(p.URL, "http://"), limit)
-	if n, err := rdb.ZCard(t.Context(), key).Result(); err != nil || n > 3 || n < 1 {
+	if n, err := rdb.ZCount(t.Context(), key, "0", "+inf").Result(); err != nil || n > 3 || n < 1 {
 		t.Errorf("ZCARD %s = %d, %v, want 1..3", key, n, err)
 	}
 	p.mu.Lock()
@@ -229,4 +231,85 @@ type closeRecorder struct {
 func (c *closeRecorder) Close() error {
 	c.closed = true
 	return nil
+}
+
+// TestTransportCountsWhenALateRequestLeaves: of ten workers, each request
+// on a connection of its own, the first dials for 300 ms (a fleet's start
+// on a busy host), far past the window's 20 ms margin, while the others
+// send at once. The partner counts arrivals in an exact window of 1 s: without
+// moving the late request's admission to when it was answered, the limiter
+// would admit the next five as soon as the first ones' window passed, and
+// the partner would see six in one window.
+func TestTransportCountsWhenALateRequestLeaves(t *testing.T) {
+	var first sync.Once
+	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		first.Do(func() { time.Sleep(300 * time.Millisecond) })
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}, DisableKeepAlives: true}
+	t.Cleanup(base.CloseIdleConnections)
+	partnerCountsWithin(t, base, func() {})
+}
+
+// TestTransportCountsWhenThePartnerCountsLate: the request leaves at once,
+// but the partner counts the first one 300 ms after it arrived (a partner
+// that accepts or schedules slowly while a fleet starts), far past the
+// window's 20 ms margin. Without moving the admission to when the response
+// came, the limiter would admit the next five as soon as the first ones'
+// window passed, and the partner would count six in one window.
+func TestTransportCountsWhenThePartnerCountsLate(t *testing.T) {
+	var first sync.Once
+	partnerCountsWithin(t, http.DefaultTransport, func() {
+		first.Do(func() { time.Sleep(300 * time.Millisecond) })
+	})
+}
+
+// partnerCountsWithin runs ten workers for 2.6 s through a Transport over
+// base, under 5 per second with a margin of 20 ms, against a partner that
+// runs before before it counts each arrival, and fails the test if the
+// partner counts more than 5 in any window of 1 s.
+func partnerCountsWithin(t *testing.T, base http.RoundTripper, before func()) {
+	t.Helper()
+	rdb := redistest.Client(t)
+	const quota, window, margin = 5, time.Second, 20 * time.Millisecond
+	var mu sync.Mutex
+	var arrivals []time.Time
+	partner := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		before()
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		mu.Unlock()
+	}))
+	t.Cleanup(partner.Close)
+	lim := outboundLimiter(t, rdb, redistest.Prefix(t), slidelimit.Per(quota, window+margin))
+	client := &http.Client{Transport: httplimit.NewTransport(lim, httplimit.WithBase(base))}
+	ctx, cancel := context.WithTimeout(t.Context(), 2600*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_, _ = sendGET(ctx, t, client, partner.URL)
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i := range arrivals {
+		n := 0
+		for j := i; j < len(arrivals) && arrivals[j].Sub(arrivals[i]) < window; j++ {
+			n++
+		}
+		most = max(most, n)
+	}
+	if len(arrivals) < quota+1 {
+		t.Fatalf("the partner counted %d requests in 2.6 s, want more than %d: the test did not run", len(arrivals), quota)
+	}
+	if most > quota {
+		t.Errorf("the partner counted %d requests in one window of %v, want at most %d", most, window, quota)
+	}
 }
