@@ -78,6 +78,7 @@ func burstAdapters() []burstAdapter {
 // concurrent requests admit exactly 5 each. It runs on standalone Redis and
 // on Redis Cluster, against real servers on loopback and real clients.
 func TestBurstThroughAdapters(t *testing.T) {
+	long(t)
 	const quota = 5
 	limit := slidelimit.Per(quota, time.Minute)
 	shapes := []struct {

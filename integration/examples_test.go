@@ -124,6 +124,7 @@ func xffProxy(t *testing.T, from net.IP, backends map[string]string) string {
 // fields, send 12 requests each spread over the four servers: each gets
 // exactly 5, and Redis holds no key for the proxy itself.
 func TestExamplesBehindXFFProxy(t *testing.T) {
+	long(t)
 	rdb := redistest.Client(t)
 	bins := buildExamples(t)
 	// A loopback /24 of this run's own, so that no other run's keys count.

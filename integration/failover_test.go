@@ -35,6 +35,7 @@ const failoverNodeTimeout = 2 * time.Second
 //
 // It never touches the harness's shared cluster.
 func TestClusterFailover(t *testing.T) {
+	long(t)
 	leakCheck(t)
 	nodes := startCluster(t, failoverNodeTimeout)
 

@@ -39,6 +39,7 @@ const leaveNodeTimeout = 15 * time.Second
 // printed. Every fallback is the policy's, nothing panics and no
 // goroutine outlives the test.
 func TestClusterNodeLeaves(t *testing.T) {
+	long(t)
 	leakCheck(t)
 	busyLoops(t, 2, 5*time.Minute)
 	nodes := startCluster(t, leaveNodeTimeout)

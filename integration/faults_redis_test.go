@@ -200,6 +200,7 @@ end`
 // fresh identities is decided by Redis alone and exactly (the time that
 // took is printed); and that no goroutine outlives the test.
 func TestRedisFaults(t *testing.T) {
+	long(t)
 	leakCheck(t)
 	busyLoops(t, 2, 10*time.Minute)
 	for _, f := range redisFaults {

@@ -117,6 +117,7 @@ var faults = []fault{
 // printed), and that afterwards every identity is limited exactly. Nothing
 // may panic and no goroutine may outlive the suite.
 func TestFaultSuite(t *testing.T) {
+	long(t)
 	leakCheck(t)
 	for _, p := range allPolicies {
 		t.Run(p.String(), func(t *testing.T) {

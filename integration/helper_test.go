@@ -88,14 +88,14 @@ func newLimiter(t testing.TB, rdb redis.Scripter, prefix string, limit slidelimi
 	return lim
 }
 
-// zcard returns the number of members of identity's set under limit.
+// zcard returns the units identity's log under limit holds (its records left out).
 func zcard(t testing.TB, rdb redis.UniversalClient, prefix, identity string, limit slidelimit.Limit) int64 {
 	t.Helper()
 	key, err := slidelimit.Key(prefix, identity, limit)
 	if err != nil {
 		t.Fatalf("Key(%q, %q, %v) = %v", prefix, identity, limit, err)
 	}
-	n, err := rdb.ZCard(t.Context(), key).Result()
+	n, err := rdb.ZCount(t.Context(), key, "0", "+inf").Result()
 	if err != nil {
 		t.Fatalf("ZCARD %s: %v", key, err)
 	}
@@ -126,6 +126,15 @@ type helperConfig struct {
 	// PerCall passes Limits to every call (AllowLimits) to a limiter
 	// built with a limit of its own that never binds.
 	PerCall bool `json:"per_call"`
+	// Tree, if set, decides every call with AllowTree on these levels of
+	// the tenant Identity (Limits then only build the limiter).
+	Tree []levelSpec `json:"tree,omitempty"`
+}
+
+// levelSpec is a slidelimit.Level as JSON.
+type levelSpec struct {
+	Identity string      `json:"identity"`
+	Limits   []limitSpec `json:"limits"`
 }
 
 // limitSpec is a slidelimit.Limit as JSON.
@@ -187,6 +196,18 @@ func runHelper(ctx context.Context, cfg helperConfig, in io.Reader, out io.Write
 		return err
 	}
 	decide := lim.AllowN
+	if len(cfg.Tree) > 0 {
+		levels := make([]slidelimit.Level, len(cfg.Tree))
+		for i, l := range cfg.Tree {
+			levels[i].Identity = l.Identity
+			for _, s := range l.Limits {
+				levels[i].Limits = append(levels[i].Limits, s.limit())
+			}
+		}
+		decide = func(ctx context.Context, tenant string, n int) (slidelimit.Result, error) {
+			return lim.AllowTree(ctx, tenant, n, levels...)
+		}
+	}
 	if cfg.PerCall {
 		decide = func(ctx context.Context, identity string, n int) (slidelimit.Result, error) {
 			return lim.AllowLimits(ctx, identity, n, limits...)
@@ -383,4 +404,13 @@ func raceHelpers(t *testing.T, hs []*helper) []helperReport {
 		}
 	}
 	return reps
+}
+
+// long skips a long fleet or fault test under go test -short, as make test
+// runs the suite; make check runs it.
+func long(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a long fleet or fault test: make check runs it")
+	}
 }

@@ -49,6 +49,7 @@ type outboundReport struct {
 	FirstErr  string  `json:"first_err"` // the first of them
 	Sends     []int64 `json:"sends"`     // wall-clock UnixNano of every send
 	Learned   []int64 `json:"learned"`   // wall-clock UnixNano at which a throttling answer was returned to the worker
+	Answered  []int64 `json:"answered"`  // wall-clock UnixNano at which each answer was returned to the worker
 }
 
 // sendRecorder is the Transport's base: it notes when each admitted
@@ -148,6 +149,7 @@ func runOutbound(ctx context.Context, cfg outboundConfig, in io.Reader, out io.W
 				}
 				switch {
 				case err == nil:
+					rep.Answered = append(rep.Answered, learned.UnixNano())
 					_, _ = io.Copy(io.Discard, resp.Body)
 					_ = resp.Body.Close()
 					if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {

@@ -111,7 +111,7 @@ func commandCalls(t *testing.T, rdb *redis.Client) (int64, map[string]int64) {
 // calls too, though no client sent it.
 func scriptedCommands(t *testing.T) map[string]bool {
 	t.Helper()
-	files, err := filepath.Glob("../core/*.lua")
+	files, err := filepath.Glob("../core/internal/script/*.lua")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("the core's scripts: %v, %d files", err, len(files))
 	}
@@ -154,6 +154,7 @@ const (
 )
 
 func TestOutboundFleetSharesAPartnerQuota(t *testing.T) {
+	long(t)
 	_, rdb := privateRedis(t)
 	p := newArrivalPartner(t, 0, "")
 	const run = 30 * time.Second
@@ -221,6 +222,7 @@ func TestOutboundFleetSharesAPartnerQuota(t *testing.T) {
 }
 
 func TestOutboundFleetObeysAPartnerThrottle(t *testing.T) {
+	long(t)
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) { testPartnerThrottle(t, b.client(t)) })
 	}
@@ -317,11 +319,26 @@ func testPartnerThrottle(t *testing.T, rdb redis.UniversalClient) {
 	}
 	t.Logf("429 answered at +0; the throttled worker had it at +%v; %d requests sent in between, %d sent after it by workers admitted before the block was recorded; %d admitted in Redis during the 5 s block; sending resumed at +%v",
 		learned.Sub(throttledAt).Round(time.Microsecond), inFlight, afterLearned, during, resumed.Sub(throttledAt).Round(time.Millisecond))
-	if during != 0 {
-		t.Errorf("Redis admitted %d requests during the partner's 5 s Retry-After, want 0", during)
+	// The Transport moves a request's unit to when its response came
+	// (Limiter.Shift) when that is more than 25 ms after its admission, and
+	// never later: a request admitted before the block whose answer came
+	// after the block began is scored in the block's span. Any other unit
+	// there was admitted during the block.
+	answeredAfter := 0
+	for _, r := range reps {
+		for _, at := range r.Answered {
+			if at > start*1000 {
+				answeredAfter++
+			}
+		}
 	}
-	if int64(sentBeforeEnd) > admittedBefore {
-		t.Errorf("%d requests reached the network before the block ended, but only %d were admitted before it began", sentBeforeEnd, admittedBefore)
+	if during > int64(answeredAfter) {
+		t.Errorf("Redis holds %d units scored during the partner's 5 s Retry-After, and only %d requests were answered after it began; want no admission during the block", during, answeredAfter)
+	}
+	// Units scored in the block's span are those of requests answered
+	// after it began, admitted before it (as above).
+	if int64(sentBeforeEnd) > admittedBefore+during {
+		t.Errorf("%d requests reached the network before the block ended, but only %d were admitted before it began", sentBeforeEnd, admittedBefore+during)
 	}
 	if resumed.IsZero() || resumed.After(blockEnd.Add(time.Second)) {
 		t.Errorf("sending resumed at +%v after the 429, want within 1 s of +5s", resumed.Sub(throttledAt))
@@ -329,6 +346,7 @@ func testPartnerThrottle(t *testing.T, rdb redis.UniversalClient) {
 }
 
 func TestOutboundFleetWhenRedisFails(t *testing.T) {
+	long(t)
 	for _, policy := range []string{"local", "closed"} {
 		t.Run(policy, func(t *testing.T) {
 			srv, rdb := privateRedis(t)
@@ -386,8 +404,18 @@ func TestOutboundFleetWhenRedisFails(t *testing.T) {
 					t.Errorf("%d requests in one %v window after Redis stopped, want at most the quota %d: each process holds a quarter", most, window, quota)
 				}
 			case "closed":
-				if after != 0 {
-					t.Errorf("%d requests sent after Redis stopped, want none under FailClosed", after)
+				// Judged by when the workers sent, not when the partner,
+				// in this busy test process, got round to counting.
+				sentAfter := 0
+				for _, r := range reps {
+					for _, at := range r.Sends {
+						if !time.Unix(0, at).Before(from) {
+							sentAfter++
+						}
+					}
+				}
+				if sentAfter != 0 {
+					t.Errorf("%d requests sent after Redis stopped (%d counted by the partner after it), want none under FailClosed", sentAfter, after)
 				}
 			}
 		})
