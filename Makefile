@@ -4,31 +4,64 @@
 
 GO ?= go
 GOLANGCI_LINT_VERSION ?= v2.15.0
-# The go-redis matrix of make test: the floor is go.mod's (v9.5.5), the newest is
+# The go-redis matrix of make check: the floor is go.mod's (v9.5.5), the newest is
 # whatever `go get github.com/redis/go-redis/v9` gives, and this is the middle.
 GOREDIS_MIDDLE ?= v9.14.1
 GOREDIS_MIDDLE_RUN ?= ^(TestRedisFaults|TestWrongPasswordConnections|TestExactnessAcrossProcesses|TestSameMillisecondBurst|TestNoScriptRecovery|TestClusterRedirects|TestRetriedCallCountsOnce|TestRedisHung)$$
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-.PHONY: test release-check demo bench lint vet fmt tidy
+.PHONY: test check check-model release-check demo bench lint vet fmt tidy test-server
 
-## test: vet and test every module with -race against real Redis (standalone and Cluster),
-## and their allocation tests without -race (whose sync.Pool drops items at random),
-## against go-redis v9.5.5, the floor every go.mod pins; then a go-redis matrix: core and
-## the integration tests that lean on go-redis's behaviour (retries, pipelines, redirects,
-## NOSCRIPT, timeouts, Redis's fault replies; GOREDIS_MIDDLE_RUN) against a middle release,
-## GOREDIS_MIDDLE (the whole of integration would add minutes), and core, integration and
-## examples whole against the newest v9; then every fuzz target for FUZZTIME (10s) beyond
-## its seeds, then the release check.
+## test: gofmt, go vet, and every module's tests with -race and -short against
+## real Redis (one standalone server and a three-primary Cluster, both
+## throwaway), then their allocation tests without -race (whose sync.Pool
+## drops items at random), on go-redis v9.5.5, the floor every go.mod pins.
+## -short leaves out the long fleet and fault tests that make check runs.
+## About 5 minutes warm on 2 cores.
 test:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	scripts/each-module.sh $(GO) vet ./...
-	scripts/with-redis.sh scripts/each-module.sh $(GO) test -race -count=1 ./...
-	scripts/with-redis.sh scripts/each-module.sh $(GO) test -count=1 -run 'Alloc' ./...
+	scripts/with-redis.sh sh -c 'scripts/each-module.sh $(GO) test -race -short -count=1 ./... && scripts/each-module.sh $(GO) test -short -count=1 -run Alloc ./...'
+
+## check: what make test leaves out, run after it by CI. The go-redis matrix:
+## core and the integration tests that lean on go-redis's behaviour
+## (GOREDIS_MIDDLE_RUN) against a middle release, then core, integration and
+## examples whole, long tests included (the LLM proxy's fleet for 60 s), against the
+## newest v9 (all with -race);
+## every fuzz target for FUZZTIME (100000x: 100,000 inputs) beyond its seeds; and the release check.
+check:
 	GO=$(GO) scripts/with-redis.sh scripts/test-goredis.sh $(GOREDIS_MIDDLE) core integration='$(GOREDIS_MIDDLE_RUN)'
-	GO=$(GO) scripts/with-redis.sh scripts/test-goredis.sh latest
-	GO=$(GO) scripts/with-redis.sh scripts/fuzz.sh
+	SLIDELIMIT_LLMPROXY_RUN=60s GO=$(GO) scripts/with-redis.sh scripts/test-goredis.sh latest
+	GO=$(GO) scripts/fuzz.sh
 	$(MAKE) --no-print-directory release-check
+
+## check-model: the model checker (integration/model) alone, for DURATION spread over its
+## modes, from SEED (0, the default: a random one, printed), with no busy loops beside it and a SLOWLOG bound of
+## SLOWLOG (1ms; on a host busy with more than the checker, raise it); RUN narrows it (RUN='TestModel/sequential/standalone'), KEEPGOING=true goes on past
+## a failure, IGNORE=kind,... passes over kinds of failure (see integration/README.md).
+SEED ?= 0
+DURATION ?= 10m
+RUN ?= TestModel
+KEEPGOING ?= false
+SLOWLOG ?= 1ms
+IGNORE ?=
+check-model:
+	@seed=$(SEED); [ "$$seed" != 0 ] || seed=$$(( $$(od -An -N3 -tu4 /dev/urandom) + 2 )); echo "check-model: SEED=$$seed"; \
+	scripts/with-redis.sh bash -c 'cd integration && $(GO) test -race -count=1 -timeout 0 -run "$(RUN)" ./model/ \
+		-args -model.seed='"$$seed"' -model.duration=$(DURATION) -model.slowlog=$(SLOWLOG) -model.quiet \
+		-model.keepgoing=$(KEEPGOING) -model.ignore="$(IGNORE)"'
+
+## test-server: the tests that use a shared server, against one you run (another
+## engine, version or managed service) instead of a throwaway one:
+##   make test-server REDIS_URL=rediss://user:pass@host:6380/0 [REDIS_CLUSTER_URL=redis://host:port?addr=host2:port2]
+## Tests that must stop, restart or misconfigure a server start their own
+## local redis-server, or skip without one. The tests write only keys under
+## prefixes of their own, and some run SCRIPT FLUSH (the limiter reloads its
+## scripts by itself).
+test-server:
+	@test -n "$(REDIS_URL)" || { echo "usage: make test-server REDIS_URL=redis://host:port [REDIS_CLUSTER_URL=...]"; exit 2; }
+	cd core && SLIDELIMIT_REDIS_ADDR='$(REDIS_URL)' SLIDELIMIT_REDIS_CLUSTER_ADDRS='$(REDIS_CLUSTER_URL)' \
+		$(GO) test -race -short -count=1 -run '^Test' ./...
 
 ## release-check: publish every library module of the working tree at the CHANGELOG's
 ## version into a file-based module proxy, go get each alone in a fresh module outside

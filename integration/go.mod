@@ -16,6 +16,7 @@ require (
 	github.com/slidelimit/slidelimit/grpcinterceptor v0.1.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.64.1
+	pgregory.net/rapid v1.1.0
 )
 
 require (

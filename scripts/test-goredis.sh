@@ -70,7 +70,7 @@ for arg in "$@"; do
 	run=()
 	[ "$m" != "$arg" ] && run=(-run "${arg#*=}")
 	echo "== $m: go test ${run[*]} against go-redis $version" >&2
-	(cd "$m" && "$GO" test -race -count=1 "${run[@]}" ./...) || failed+=("$arg")
+	(cd "$m" && "$GO" test -race -count=1 -timeout 20m "${run[@]}" ./...) || failed+=("$arg")
 done
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "test-goredis: failed against go-redis $version: ${failed[*]}" >&2

@@ -1,0 +1,353 @@
+package model
+
+import (
+	"fmt"
+	"time"
+
+	slidelimit "github.com/slidelimit/slidelimit/core"
+	"pgregory.net/rapid"
+)
+
+// The generators. Small draws shrink first, so the simplest choice comes
+// first in every list.
+
+// limitCatalogue is what limits and plans are made of in the sequential
+// modes, where the test clock can jump: exact limits from a millisecond
+// window to a day, and stepped ones, by quota above MaxExactQuota or by an
+// explicit Step, at several steps.
+var limitCatalogue = []slidelimit.Limit{
+	slidelimit.Per(3, time.Second),
+	slidelimit.Per(5, 10*time.Second),
+	slidelimit.Per(1, time.Second),
+	slidelimit.Per(20, time.Minute),
+	slidelimit.Per(100_000, 24*time.Hour),                 // stepped by default: 1-minute steps
+	slidelimit.Per(200, time.Minute).Stepped(time.Second), // stepped explicitly
+	slidelimit.Per(1000, time.Second),
+	slidelimit.Per(1000, 24*time.Hour),
+	slidelimit.Per(100, 10*time.Millisecond),
+	slidelimit.Per(10, time.Minute),
+	slidelimit.Per(100, time.Hour),
+	slidelimit.Per(5, 10*time.Second).Stepped(time.Second),
+	slidelimit.Per(2000, time.Minute), // stepped by default: 41.666 ms steps
+	slidelimit.Per(60, time.Minute).Stepped(time.Second),
+	slidelimit.Per(300, time.Hour).Stepped(time.Minute),
+	slidelimit.Per(600, time.Minute),
+}
+
+// inFlightCatalogue is what in-flight limits of per-call plans are made of.
+var inFlightCatalogue = []slidelimit.Limit{
+	slidelimit.InFlight(2, time.Second),
+	slidelimit.InFlight(1, 10*time.Second),
+	slidelimit.InFlight(3, time.Minute),
+}
+
+// genPlan draws 1 to 3 distinct limits.
+func genPlan(t *rapid.T, label string) plan {
+	n := rapid.IntRange(1, 3).Draw(t, label+" size")
+	var p plan
+	for range n {
+		l := rapid.SampledFrom(limitCatalogue).Draw(t, label)
+		dup := false
+		for _, x := range p {
+			dup = dup || x.String() == l.String()
+		}
+		if !dup {
+			p = append(p, l)
+		}
+	}
+	return p
+}
+
+// genCallPlan draws a per-call plan: genPlan's limits, some of them
+// counting requests or shadows, and perhaps a limit in flight.
+func genCallPlan(t *rapid.T, label string) plan {
+	p := genPlan(t, label)
+	for i := range p {
+		switch rapid.IntRange(0, 9).Draw(t, label+" kind") {
+		case 8:
+			p[i] = p[i].ForRequests()
+		case 9:
+			p[i] = p[i].Shadowed()
+		}
+	}
+	if rapid.IntRange(0, 3).Draw(t, label+" in flight") == 3 {
+		l := rapid.SampledFrom(inFlightCatalogue).Draw(t, label+" lease")
+		if rapid.IntRange(0, 4).Draw(t, label+" in-flight shadow") == 4 {
+			l = l.Shadowed()
+		}
+		p = append(p, l)
+	}
+	return p
+}
+
+// minQuota is the largest cost a call under limits (of a tree of levels,
+// levels[i] the level of limits[i]; nil: one identity) may have: the
+// smallest quota of an enforced limit of units, and MaxExactCost shared
+// by the exact logs of units (one per level) it adds to.
+func minQuota(limits plan, levels ...string) int {
+	q := slidelimit.MaxQuota
+	exact := map[string]bool{}
+	for i, l := range limits {
+		// A shadow limit's too: exact.lua's RetryAfter of a limit whose
+		// quota is below the cost reads the log from the wrong end.
+		if !l.InFlight && !l.Requests {
+			q = min(q, l.Quota)
+		}
+		if !l.InFlight && !l.Requests && l.Resolution() == 0 {
+			lvl := ""
+			if levels != nil {
+				lvl = levels[i]
+			}
+			exact[lvl] = true
+		}
+	}
+	if len(exact) > 0 {
+		q = min(q, slidelimit.MaxExactCost/len(exact))
+	}
+	return q
+}
+
+// genSpecs draws the limiters of a check: two to four, spread over the
+// mode's processes, with their own limits, timeouts and policies.
+func genSpecs(t *rapid.T) []limiterSpec {
+	n := rapid.IntRange(2, 4).Draw(t, "limiters")
+	specs := make([]limiterSpec, n)
+	for i := range specs {
+		s := limiterSpec{
+			Process: rapid.IntRange(0, processes-1).Draw(t, "process"),
+			Limits:  genPlan(t, "own limit"),
+			Timeout: rapid.SampledFrom([]time.Duration{10 * time.Second, 2 * time.Second, 100 * time.Millisecond, 20 * time.Millisecond}).Draw(t, "timeout"),
+			Policy:  rapid.SampledFrom([]slidelimit.FailurePolicy{slidelimit.FailOpen, slidelimit.FailClosed, slidelimit.FailLocal}).Draw(t, "policy"),
+		}
+		if s.Policy == slidelimit.FailLocal {
+			s.Replicas = rapid.IntRange(1, 3).Draw(t, "replicas")
+		}
+		s.DenyCache = rapid.Bool().Draw(t, "deny cache")
+		s.Shadow = rapid.IntRange(0, 9).Draw(t, "shadow") == 9
+		specs[i] = s
+	}
+	return specs
+}
+
+// identities are the identities a sequence uses; a stalled group takes one
+// each, so there are as many as its largest group.
+var identities = []string{"a", "b", "c", "d", "e"}
+
+// opKind is one kind of step, with its weight.
+type opKind struct {
+	name   string
+	weight int
+	gen    func(t *rapid.T, h *harness) op
+}
+
+// opKinds lists the steps of the sequential modes.
+func opKinds(e *env) []opKind {
+	kinds := []opKind{
+		{"allow", 30, genAllow},
+		{"advance", 12, genAdvance},
+		{"retry", 8, genRetry},
+		{"refund", 7, genRefund},
+		{"peek", 5, genPeek},
+		{"burst", 5, genBurst},
+		{"wait", 4, genWait},
+		{"reset", 2, genReset},
+		{"block", 1, genBlock},
+		{"blocked", 1, genBlocked},
+		{"wait race", 3, genWaitRace},
+		{"stall", 3, genStall},
+		{"settle", 6, genSettle},
+		{"tree", 5, genTree},
+	}
+	if e.private {
+		kinds = append(kinds, opKind{"kill", 1, func(*rapid.T, *harness) op { return killOp{} }})
+	}
+	if e.server != nil {
+		kinds = append(kinds, opKind{"down", 2, func(*rapid.T, *harness) op { return downOp{} }},
+			opKind{"up", 3, func(*rapid.T, *harness) op { return upOp{} }})
+	}
+	if e.cluster && e.private {
+		kinds = append(kinds, opKind{"migrate", 3, genMigrate})
+	}
+	return kinds
+}
+
+// genOp draws one step.
+func genOp(t *rapid.T, h *harness, kinds []opKind) op {
+	total := 0
+	for _, k := range kinds {
+		total += k.weight
+	}
+	n := rapid.IntRange(0, total-1).Draw(t, "op")
+	for _, k := range kinds {
+		if n < k.weight {
+			return k.gen(t, h)
+		}
+		n -= k.weight
+	}
+	panic("not reached")
+}
+
+func (h *harness) nextReq() string { return fmt.Sprintf("r%d", len(h.ops)+1) }
+
+// genCall draws one call: a limiter, an identity, a cost, its own limits
+// or a plan of its own, and a request id or none.
+func genCall(t *rapid.T, h *harness, who string) allowOp {
+	c := allowOp{Lim: rapid.IntRange(0, len(h.lims)-1).Draw(t, "limiter"), Who: who, Req: h.nextReq()}
+	if who == "" {
+		c.Who = rapid.SampledFrom(identities[:3]).Draw(t, "identity")
+	}
+	if rapid.IntRange(0, 2).Draw(t, "per-call limits") == 2 {
+		c.Plan = genCallPlan(t, "plan")
+	}
+	c.Cost = genCost(t, minQuota(h.limitsOf(c)))
+	c.ID = rapid.IntRange(0, 3).Draw(t, "request id") > 0
+	return c
+}
+
+// genCost draws a cost, mostly 1, sometimes up to the whole quota.
+func genCost(t *rapid.T, quota int) int {
+	if rapid.IntRange(0, 3).Draw(t, "heavy") < 3 {
+		return 1
+	}
+	return rapid.IntRange(1, min(quota, slidelimit.MaxExactCost)).Draw(t, "cost")
+}
+
+func genAllow(t *rapid.T, h *harness) op { return genCall(t, h, "") }
+
+func genPeek(t *rapid.T, h *harness) op {
+	c := genCall(t, h, "")
+	c.Peek, c.Cost, c.ID = true, 0, false
+	return c
+}
+
+func genAdvance(t *rapid.T, _ *harness) op {
+	return advanceOp{D: rapid.SampledFrom([]time.Duration{time.Second, time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond,
+		500 * time.Millisecond, 10 * time.Second, time.Minute, time.Hour, 24 * time.Hour, 41666 * time.Microsecond}).Draw(t, "advance")}
+}
+
+// pickHandle draws a handle of a past call with a request id, the newest
+// first.
+func pickHandle(t *rapid.T, h *harness, label string) (string, bool) {
+	if len(h.order) == 0 {
+		return "", false
+	}
+	i := rapid.IntRange(0, len(h.order)-1).Draw(t, label)
+	return h.order[len(h.order)-1-i], true
+}
+
+func genRetry(t *rapid.T, h *harness) op {
+	req, ok := pickHandle(t, h, "retry of")
+	if !ok {
+		return genAllow(t, h)
+	}
+	return retryOp{Of: req}
+}
+
+func genRefund(t *rapid.T, h *harness) op {
+	req, ok := pickHandle(t, h, "refund of")
+	if !ok {
+		return genAllow(t, h)
+	}
+	return refundOp{Of: req, Via: rapid.IntRange(0, len(h.lims)-1).Draw(t, "refund via")}
+}
+
+func genBurst(t *rapid.T, h *harness) op {
+	c := genCall(t, h, "")
+	n := rapid.IntRange(1, 20).Draw(t, "burst")
+	if rapid.Bool().Draw(t, "long burst") {
+		n = rapid.IntRange(steppedIDHorizon+1, 2*steppedIDHorizon+40).Draw(t, "burst")
+	}
+	return burstOp{Lim: c.Lim, Who: c.Who, Cost: c.Cost, Plan: c.Plan, N: n, Req: c.Req, ID: c.ID}
+}
+
+func genWait(t *rapid.T, h *harness) op {
+	c := genCall(t, h, "")
+	return waitOp{Lim: c.Lim, Who: c.Who, Cost: genCost(t, minQuota(h.specs[c.Lim].Limits)), Req: c.Req, ID: c.ID,
+		D: rapid.SampledFrom([]time.Duration{50 * time.Millisecond, 300 * time.Millisecond}).Draw(t, "deadline")}
+}
+
+func genReset(t *rapid.T, h *harness) op {
+	return resetOp{Lim: rapid.IntRange(0, len(h.lims)-1).Draw(t, "limiter"), Who: rapid.SampledFrom(identities[:3]).Draw(t, "identity")}
+}
+
+func genBlock(t *rapid.T, h *harness) op {
+	return blockOp{Lim: rapid.IntRange(0, len(h.lims)-1).Draw(t, "limiter"), Who: rapid.SampledFrom(identities[:3]).Draw(t, "identity"),
+		D: rapid.SampledFrom([]time.Duration{100 * time.Millisecond, time.Second}).Draw(t, "block")}
+}
+
+func genBlocked(t *rapid.T, h *harness) op {
+	return blockedOp{Lim: rapid.IntRange(0, len(h.lims)-1).Draw(t, "limiter"), Who: rapid.SampledFrom(identities[:3]).Draw(t, "identity")}
+}
+
+func genWaitRace(t *rapid.T, h *harness) op {
+	lim := rapid.IntRange(0, len(h.lims)-1).Draw(t, "limiter")
+	return waitRaceOp{Lim: lim, Who: rapid.SampledFrom(identities[:3]).Draw(t, "identity"),
+		Cost: genCost(t, minQuota(h.specs[lim].Limits)), Req: h.nextReq(), ID: rapid.Bool().Draw(t, "head id"),
+		Cancel: rapid.SampledFrom([]time.Duration{30 * time.Millisecond, 300 * time.Millisecond}).Draw(t, "cancel"),
+		Others: rapid.IntRange(0, 2).Draw(t, "others"),
+		Pause:  rapid.SampledFrom([]time.Duration{0, 200 * time.Millisecond}).Draw(t, "pause")}
+}
+
+func genStall(t *rapid.T, h *harness) op {
+	n := rapid.IntRange(1, len(identities)).Draw(t, "stalled calls")
+	o := stallOp{Pause: rapid.SampledFrom([]time.Duration{50 * time.Millisecond, 300 * time.Millisecond, 1500 * time.Millisecond}).Draw(t, "pause")}
+	for i := range n {
+		c := genCall(t, h, identities[i])
+		c.Req = fmt.Sprintf("%s.%d", h.nextReq(), i)
+		o.Calls = append(o.Calls, c)
+	}
+	return o
+}
+
+func genMigrate(t *rapid.T, _ *harness) op {
+	return migrateOp{Who: rapid.SampledFrom(identities[:3]).Draw(t, "identity"), StringsFirst: rapid.Bool().Draw(t, "strings first"),
+		Pause: rapid.SampledFrom([]time.Duration{20 * time.Millisecond, 50 * time.Millisecond}).Draw(t, "migration pause")}
+}
+
+// genSettle draws a correction of a past call with a request id: Settle
+// (to fewer or more units, or none; once or twice), Release or Renew.
+func genSettle(t *rapid.T, h *harness) op {
+	req, ok := pickHandle(t, h, "settle of")
+	if !ok {
+		return genAllow(t, h)
+	}
+	o := settleOp{Of: req, Via: rapid.IntRange(0, len(h.lims)-1).Draw(t, "settle via"),
+		Kind: rapid.SampledFrom([]string{"settle", "release", "renew", "refund"}).Draw(t, "settle kind")}
+	if o.Kind == "settle" {
+		cost := h.calls[req].cost()
+		o.Cost = rapid.IntRange(0, min(2*cost+2, slidelimit.MaxExactCost)).Draw(t, "settled cost")
+		o.Twice = rapid.Bool().Draw(t, "settle twice")
+	}
+	return o
+}
+
+// treeLevels are the levels of a tenant's tree below the tenant itself.
+var treeLevels = []string{"team", "key"}
+
+// genTree draws an AllowTree call: the tenant itself and one or two
+// levels below it, each with a plan of its own; limits named apart, as
+// the tree needs.
+func genTree(t *rapid.T, h *harness) op {
+	c := genCall(t, h, "")
+	c.Plan = nil
+	n := rapid.IntRange(1, len(treeLevels)).Draw(t, "levels")
+	var limits plan
+	var levels []string
+	for i := range n + 1 {
+		lv := slidelimit.Level{}
+		if i > 0 {
+			lv.Identity = treeLevels[i-1]
+		}
+		if i == 0 && rapid.Bool().Draw(t, "tenant level") {
+			continue
+		}
+		for j, l := range genCallPlan(t, "level plan") {
+			lv.Limits = append(lv.Limits, l.Named(fmt.Sprintf("l%d.%d", i, j)))
+			levels = append(levels, lv.Identity)
+		}
+		limits = append(limits, lv.Limits...)
+		c.Tree = append(c.Tree, lv)
+	}
+	c.Cost = genCost(t, minQuota(limits, levels...))
+	return c
+}

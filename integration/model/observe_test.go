@@ -1,0 +1,409 @@
+package model
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// After each step the checker reads what Redis holds for every identity
+// and keeps only the states of the model that hold the same: the layouts
+// the scripts' headers state (exact.lua, stepped.lua) are part of the
+// protocol the model checks, and reading them tells apart what the answers
+// alone may not (a command that may have run after its caller gave up, a
+// key that may have expired).
+
+// stored is what Redis holds for one identity, read between a and b.
+type stored struct {
+	a, b  time.Time
+	exact []redis.Z // the exact log, nil if none
+	xttl  time.Duration
+	steps map[int64]*storedStep
+	fly   []redis.Z // the in-flight log, nil if none
+	fttl  time.Duration
+}
+
+type storedStep struct {
+	data []byte // the stepped log, nil if none
+	ttl  time.Duration
+}
+
+// readStored reads the keys of who under the check's prefix: its exact log
+// and the stepped logs of steps.
+func (h *harness) readStored(ctx context.Context, who string, steps []int64, inflight bool) (*stored, error) {
+	log := h.stem(who)
+	c := h.env.clients[0]
+	s := &stored{steps: map[int64]*storedStep{}}
+	s.a = time.Now()
+	var zr *redis.ZSliceCmd
+	var xttl, fttl *redis.DurationCmd
+	var fr *redis.ZSliceCmd
+	gets := map[int64]*redis.StringCmd{}
+	ttls := map[int64]*redis.DurationCmd{}
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		zr = p.ZRangeWithScores(ctx, log, 0, -1)
+		xttl = p.PTTL(ctx, log)
+		if inflight {
+			fr = p.ZRangeWithScores(ctx, log+":#inflight", 0, -1)
+			fttl = p.PTTL(ctx, log+":#inflight")
+		}
+		for _, step := range steps {
+			key := log + ":#" + strconv.FormatInt(step, 10)
+			gets[step] = p.Get(ctx, key)
+			ttls[step] = p.PTTL(ctx, key)
+		}
+		return nil
+	})
+	s.b = time.Now()
+	if err != nil && err != redis.Nil {
+		return nil, err
+	}
+	s.exact, s.xttl = zr.Val(), xttl.Val()
+	if inflight {
+		s.fly, s.fttl = fr.Val(), fttl.Val()
+	}
+	for _, step := range steps {
+		ss := &storedStep{ttl: ttls[step].Val()}
+		if v, err := gets[step].Bytes(); err == nil {
+			ss.data = v
+		}
+		s.steps[step] = ss
+	}
+	return s, nil
+}
+
+// observeLogs keeps, for every identity the model follows, the states that
+// hold what Redis holds; none is a failure.
+func (h *harness) observeLogs() {
+	if h.hist != nil || !h.up || h.failure != "" {
+		return
+	}
+	// A command whose caller gave up may still be on its way.
+	time.Sleep(time.Until(h.maybeRan.Add(settleTime)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names := make([]string, 0, len(h.ids))
+	for name := range h.ids {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, who := range names {
+		im := h.ids[who]
+		if im.lost != "" {
+			continue
+		}
+		var steps []int64
+		for s := range im.longestAt {
+			steps = append(steps, s)
+		}
+		slices.Sort(steps)
+		got, err := h.readStored(ctx, who, steps, im.longestLease > 0)
+		if err != nil {
+			h.t.Logf("reading the logs of %q: %v", who, err)
+			continue
+		}
+		if why := got.layout(); why != "" {
+			h.fail(kindStored, "%q: %s", who, why)
+			im.lose("a failure passed over")
+			continue
+		}
+		var next []*state
+		var whys []string
+		for _, s := range im.states {
+			if why := s.holds(got, steps); why != "" {
+				if len(whys) < 3 {
+					whys = append(whys, why)
+				}
+				continue
+			}
+			next = append(next, s)
+		}
+		if len(next) == 0 {
+			h.fail(kindStored, "%q holds what no state of the model (%d) holds:\n    %s\n  Redis holds: %s",
+				who, len(im.states), strings.Join(whys, "\n    "), got)
+			im.lose("a failure passed over")
+			continue
+		}
+		im.settle(next)
+	}
+}
+
+func (s *stored) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "exact log (ttl %v):", s.xttl)
+	for i, z := range s.exact {
+		if i == 16 {
+			fmt.Fprintf(&b, " … %d more", len(s.exact)-i)
+			break
+		}
+		name := fmt.Sprint(z.Member)
+		if !strings.HasPrefix(name, "#") {
+			name = fmt.Sprintf("%x", name)
+		}
+		fmt.Fprintf(&b, " %s@%.0f", name, z.Score)
+	}
+	for step, ss := range s.steps {
+		if ss.data == nil {
+			continue
+		}
+		hd := header(ss.data)
+		fmt.Fprintf(&b, "; stepped log of %v (ttl %v): o %d n %d t %d W %d seq %d E %d", micro(step), ss.ttl, hd[0], hd[1], hd[2], hd[3], hd[4], hd[5])
+	}
+	return b.String()
+}
+
+// layout checks what the headers say of every log, whatever the model:
+// "A request's members are at most 11 bytes (an 8-byte id and the digits
+// of a unit below 1,000), a record's more", records scored -1 ("#r…") and
+// -2 ("#t…"), units scored with their admission µs; a stepped log of
+// steppedLogSize bytes.
+func (s *stored) layout() string {
+	for _, z := range s.exact {
+		name := fmt.Sprint(z.Member)
+		switch {
+		case z.Score == -1 && (len(name) < 12 || !strings.HasPrefix(name, "#r")),
+			z.Score == -2 && (len(name) < 12 || !strings.HasPrefix(name, "#t")):
+			return fmt.Sprintf("the exact log's record %q is scored %v", name, z.Score)
+		case z.Score >= 0 && len(name) > 11:
+			return fmt.Sprintf("the exact log's unit %x (scored %v) is %d bytes, more than 11", name, z.Score, len(name))
+		case z.Score < 0 && z.Score != -1 && z.Score != -2:
+			return fmt.Sprintf("the exact log holds %q scored %v", name, z.Score)
+		}
+	}
+	for step, ss := range s.steps {
+		if ss.data != nil && len(ss.data) != steppedLogSize {
+			return fmt.Sprintf("the stepped log of %v is %d bytes, want %d", micro(step), len(ss.data), steppedLogSize)
+		}
+	}
+	return ""
+}
+
+// settleTime is how long after the last moment a command whose caller
+// gave up may have been sent the checker waits before reading the logs.
+const settleTime = 200 * time.Millisecond
+
+// ttlReadSlack is how far a TTL read may be from the model's expiry
+// beyond clockLag: MIGRATE sets a moved key's expiry anew on its target, a
+// transfer later.
+const ttlReadSlack = 50 * time.Millisecond
+
+// holds says how st differs from what Redis holds ("" if it does not),
+// and narrows st's expiries to the TTLs read.
+func (st *state) holds(s *stored, steps []int64) string {
+	if why := st.x.holdsStored(s); why != "" {
+		return "exact log: " + why
+	}
+	if why := st.f.holdsStored(s); why != "" {
+		return "in-flight log: " + why
+	}
+	for _, step := range steps {
+		g := st.s[step]
+		if g == nil {
+			g = &slog{step: step, buckets: map[int64]int64{}}
+		}
+		if why := g.holdsStored(s.steps[step], s.a, s.b); why != "" {
+			return fmt.Sprintf("stepped log of %v: %s", micro(step), why)
+		}
+		if !g.exists {
+			delete(st.s, step)
+		}
+	}
+	return ""
+}
+
+// narrow narrows an expiry to a TTL ttl read between a and b, and reports
+// whether they agree.
+func (e *expiry) narrow(ttl time.Duration, a, b time.Time) bool {
+	lo, hi := a.Add(ttl-clockLag-ttlReadSlack), b.Add(ttl+ttlReadSlack)
+	if lo.After(e.hi) || hi.Before(e.lo) {
+		return false
+	}
+	if lo.After(e.lo) {
+		e.lo = lo
+	}
+	if hi.Before(e.hi) {
+		e.hi = hi
+	}
+	return true
+}
+
+// holds compares the exact log with what Redis holds of it, and narrows
+// its expiry; a log Redis has let expire is forgotten.
+func (x *xlog) holdsStored(s *stored) string {
+	exists := x.rec || len(x.entries) > 0
+	if len(s.exact) == 0 {
+		if exists && x.exp.lo.Sub(s.b) > expirySlack {
+			return "Redis holds none, and it cannot have expired yet"
+		}
+		*x = xlog{}
+		return ""
+	}
+	if !exists {
+		return "Redis holds one, the model none"
+	}
+	if !x.exp.narrow(s.xttl, s.a, s.b) {
+		return fmt.Sprintf("its TTL is %v, want it to end in %v..%v", s.xttl, x.exp.lo.Sub(s.a), x.exp.hi.Sub(s.b))
+	}
+	hasT := false
+	byScore := map[int64][]string{}
+	for _, z := range s.exact {
+		name := fmt.Sprint(z.Member)
+		switch z.Score {
+		case -1:
+			want := fmt.Sprintf("#r%d:%d:%013d", x.w, x.q, x.e)
+			if !x.rec || name != want {
+				return fmt.Sprintf("its record is %q, want %q", name, want)
+			}
+		case -2:
+			hasT = true
+			if want := fmt.Sprintf("#t%d", x.t); !x.hasT || name != want {
+				return fmt.Sprintf("it holds %q, want T %v", name, x.hasT)
+			}
+		default:
+			byScore[int64(z.Score)] = append(byScore[int64(z.Score)], name)
+		}
+	}
+	if hasT != x.hasT {
+		return fmt.Sprintf("it holds no T, want T %d", x.t)
+	}
+	want := map[int64]int{}
+	for _, e := range x.entries {
+		want[e.t] += e.units()
+	}
+	for t, names := range byScore {
+		if len(names) != want[t] {
+			return fmt.Sprintf("it holds %d units at %d, want %d", len(names), t, want[t])
+		}
+		held := map[string]bool{}
+		for _, n := range names {
+			held[n] = true
+		}
+		for _, e := range x.entries {
+			if e.t != t || e.anon {
+				continue
+			}
+			for _, u := range e.members {
+				if !held[e.id+suffix(u)] {
+					return fmt.Sprintf("it lacks unit %d of %s at %d", u, e.req, t)
+				}
+			}
+		}
+	}
+	for t, n := range want {
+		if n > 0 && len(byScore[t]) == 0 {
+			return fmt.Sprintf("it holds no unit at %d, want %d", t, n)
+		}
+	}
+	return ""
+}
+
+// header returns a stepped log's header: o, n, t, W, seq and E.
+func header(data []byte) [6]int64 {
+	var h [6]int64
+	for i := range h {
+		h[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64(data[8*i:])))
+	}
+	return h
+}
+
+// holdsStored compares the stepped log with what Redis holds of it (ss),
+// and narrows its expiry; a log Redis has let expire is forgotten.
+func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
+	if ss == nil || ss.data == nil {
+		if g.exists && g.exp.lo.Sub(b) > expirySlack {
+			return "Redis holds none, and it cannot have expired yet"
+		}
+		*g = slog{step: g.step, buckets: map[int64]int64{}}
+		return ""
+	}
+	if !g.exists {
+		return "Redis holds one, the model none"
+	}
+	if !g.exp.narrow(ss.ttl, a, b) {
+		return fmt.Sprintf("its TTL is %v, want it to end in %v..%v", ss.ttl, g.exp.lo.Sub(a), g.exp.hi.Sub(b))
+	}
+	d := ss.data
+	if h, want := header(d), [6]int64{g.o, g.n, g.t, g.w, g.seq, g.e}; h != want {
+		return fmt.Sprintf("its header (o, n, t, W, seq, E) is %v, want %v", h, want)
+	}
+	const hdr, entry, ring = 48, 20, 1444
+	for i, sl := range g.ids {
+		e := d[hdr+entry*i : hdr+entry*(i+1)]
+		id := string(e[:8])
+		bk := int64(math.Float64frombits(binary.LittleEndian.Uint64(e[8:])))
+		units := int64(binary.LittleEndian.Uint32(e[16:]))
+		switch {
+		case sl.id == "":
+			if strings.Trim(string(e), "\x00") != "" {
+				return fmt.Sprintf("its id entry %d is %x, want zeros", i, e)
+			}
+		case sl.anon && (strings.Trim(id, "\x00") == "" || bk != sl.b || units != sl.units),
+			!sl.anon && (id != sl.id || bk != sl.b || units != sl.units):
+			return fmt.Sprintf("its id entry %d is %x (bucket %d, %d units), want bucket %d, %d units", i, id, bk, units, sl.b, sl.units)
+		}
+	}
+	var want [ring]int64
+	if g.t > 0 {
+		for bk, v := range g.buckets {
+			if bk >= g.o && bk <= g.n {
+				want[bk%ring] += v
+			}
+		}
+	}
+	ring0 := hdr + entry*steppedIDHorizon
+	for slot := range ring {
+		got := int64(binary.BigEndian.Uint32(d[ring0+4*slot:]))
+		if want := want[slot]; got != want {
+			return fmt.Sprintf("its ring slot %d counts %d, want %d", slot, got, want)
+		}
+	}
+	return ""
+}
+
+// holdsStored compares the in-flight log with what Redis holds of it (if
+// read), and narrows its expiry; a log Redis has let expire is forgotten.
+// Its leases are its members, each the request's id scored with the µs
+// its lease ends.
+func (f *flog) holdsStored(s *stored) string {
+	if s.fly == nil && s.fttl == 0 {
+		return "" // not read
+	}
+	if len(s.fly) == 0 {
+		if len(f.leases) > 0 && f.exp.lo.Sub(s.b) > expirySlack {
+			return fmt.Sprintf("Redis holds none, and it cannot have expired yet (%d leases, the last ending at %d)", len(f.leases), f.leases[len(f.leases)-1].end)
+		}
+		*f = flog{}
+		return ""
+	}
+	if len(f.leases) == 0 {
+		return fmt.Sprintf("Redis holds %d leases, the model none", len(s.fly))
+	}
+	if !f.exp.narrow(s.fttl, s.a, s.b) {
+		return fmt.Sprintf("its TTL is %v, want it to end in %v..%v", s.fttl, f.exp.lo.Sub(s.a), f.exp.hi.Sub(s.b))
+	}
+	if len(s.fly) != len(f.leases) {
+		return fmt.Sprintf("it holds %d leases, want %d", len(s.fly), len(f.leases))
+	}
+	held := map[string]int64{}
+	ends := map[int64]int{}
+	for _, z := range s.fly {
+		held[fmt.Sprint(z.Member)] = int64(z.Score)
+		ends[int64(z.Score)]++
+	}
+	for _, l := range f.leases {
+		if ends[l.end]--; ends[l.end] < 0 {
+			return fmt.Sprintf("it holds no lease ending at %d (%s)", l.end, l.req)
+		}
+		if end, ok := held[l.id]; !l.anon && (!ok || end != l.end) {
+			return fmt.Sprintf("the lease of %s ends at %d (held %v), want %d", l.req, end, ok, l.end)
+		}
+	}
+	return ""
+}

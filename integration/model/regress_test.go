@@ -1,0 +1,600 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+)
+
+// Regression tests of the defects the model checker found (issue 29), each
+// deterministic and each failing before its fix. They drive the limiter
+// through its public API and judge Redis by generic commands only.
+
+// frozenClock returns a clock that stands at now until moved, for the
+// regressions that need one instant (never behind the wall clock: Redis
+// expires keys by its own).
+type frozenClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFrozenClock() *frozenClock { return &frozenClock{now: time.Now()} }
+
+func (c *frozenClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *frozenClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func mustLimiter(t *testing.T, rdb redis.UniversalClient, limit slidelimit.Limit, opts ...slidelimit.Option) *slidelimit.Limiter {
+	t.Helper()
+	opts = append([]slidelimit.Option{slidelimit.WithPrefix(newPrefix("reg"))}, opts...)
+	lim, err := slidelimit.New(rdb, limit, opts...)
+	if err != nil {
+		t.Fatalf("New(%v) = %v", limit, err)
+	}
+	return lim
+}
+
+// TestSteppedRetriesOfTheNewest128AdmissionsCountOnce: 300 admissions in
+// one step of a PerDay(100_000) identity, then each of the newest 128
+// retried with its id: "a stepped limit keeps the ids of the identity's
+// last 128 admissions at its step", so each is answered admitted and
+// counts once.
+func TestSteppedRetriesOfTheNewest128AdmissionsCountOnce(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	clock := newFrozenClock()
+	lim := mustLimiter(t, e.clients[0], slidelimit.PerDay(100_000), slidelimit.WithClock(clock.Now), slidelimit.WithTimeout(10*time.Second))
+	ctx := t.Context()
+	const n = 300
+	for i := range n {
+		res, err := lim.Allow(slidelimit.ContextWithRequestID(ctx, fmt.Sprint("id-", i)), "tenant")
+		if err != nil || !res.Allowed {
+			t.Fatalf("Allow %d = %+v, %v; want admitted", i, res, err)
+		}
+	}
+	recounted := 0
+	for i := n - steppedIDHorizon; i < n; i++ {
+		res, err := lim.Allow(slidelimit.ContextWithRequestID(ctx, fmt.Sprint("id-", i)), "tenant")
+		if err != nil || !res.Allowed || res.Remaining != 100_000-n {
+			recounted++
+			if recounted <= 3 {
+				t.Errorf("retry of id-%d (among the newest 128) = Allowed %v, Remaining %d, %v; want admitted with %d remaining",
+					i, res.Allowed, res.Remaining, err, 100_000-n)
+			}
+		}
+	}
+	if recounted > 0 {
+		t.Errorf("%d of the newest %d ids were not recognised when retried", recounted, steppedIDHorizon)
+	}
+}
+
+// TestRefundingTheNewest128SteppedAdmissionsGivesBackEachUnit: 300
+// admissions in one step, and the newest 128 refunded: "a stepped limit
+// finds the request among the identity's last 128 admissions at its step",
+// so 128 units come back.
+func TestRefundingTheNewest128SteppedAdmissionsGivesBackEachUnit(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	clock := newFrozenClock()
+	lim := mustLimiter(t, e.clients[0], slidelimit.PerDay(100_000), slidelimit.WithClock(clock.Now), slidelimit.WithTimeout(10*time.Second))
+	ctx := t.Context()
+	const n = 300
+	results := make([]slidelimit.Result, n)
+	for i := range results {
+		res, err := lim.Allow(ctx, "tenant")
+		if err != nil || !res.Allowed {
+			t.Fatalf("Allow %d = %+v, %v", i, res, err)
+		}
+		results[i] = res
+	}
+	for _, res := range results[n-steppedIDHorizon:] {
+		if err := lim.Refund(ctx, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := lim.Peek(ctx, "tenant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 100_000 - n + steppedIDHorizon; res.Remaining != want {
+		t.Errorf("after refunding the newest %d of %d admissions, Peek().Remaining = %d, want %d (%d units given back)",
+			steppedIDHorizon, n, res.Remaining, want, res.Remaining-(100_000-n))
+	}
+}
+
+// TestARetryCountsOnceInASteppedLimitAfterTheExactLogLetItGo: a request
+// under 3/s and 100,000/day, retried with its id two seconds later: the
+// day limit still counts it, so the retry is answered admitted and the day
+// counts it once.
+func TestARetryCountsOnceInASteppedLimitAfterTheExactLogLetItGo(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	clock := newFrozenClock()
+	plan := []slidelimit.Limit{slidelimit.PerSecond(3), slidelimit.PerDay(100_000)}
+	lim := mustLimiter(t, e.clients[0], slidelimit.PerHour(1000), slidelimit.WithClock(clock.Now), slidelimit.WithTimeout(10*time.Second))
+	ctx := slidelimit.ContextWithRequestID(t.Context(), "order-1")
+	first, err := lim.AllowLimits(ctx, "tenant", 1, plan...)
+	if err != nil || !first.Allowed {
+		t.Fatalf("AllowLimits = %+v, %v", first, err)
+	}
+	clock.advance(2 * time.Second)
+	if _, err := lim.PeekLimits(t.Context(), "tenant", plan[0]); err != nil { // a decision under 3/s: the exact log keeps a second
+		t.Fatal(err)
+	}
+	retry, err := lim.AllowLimits(ctx, "tenant", 1, plan...)
+	if err != nil || !retry.Allowed {
+		t.Fatalf("retry = %+v, %v; want admitted", retry, err)
+	}
+	if got, want := retry.Statuses[1].Remaining, first.Statuses[1].Remaining; got != want {
+		t.Errorf("the day limit has %d remaining after the retry, want %d: the retried id counted %d times", got, want, 1+want-got)
+	}
+}
+
+// TestAWaitersHeadLeavingGivesItsIdToNoOther: under a limit of 1, the head
+// waiter carries ContextWithRequestID("X") and leaves while Redis decides
+// for it; its application then retries with X, as the docs say. The head
+// recorded nothing for itself ("having recorded nothing for this caller"),
+// so the waiter behind it and the retry cannot both be admitted.
+func TestAWaitersHeadLeavingGivesItsIdToNoOther(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	lim := mustLimiter(t, e.clients[0], slidelimit.PerMinute(1), slidelimit.WithTimeout(5*time.Second), slidelimit.WithDenyCache(0))
+	ctx := t.Context()
+	until := e.pause(300 * time.Millisecond)
+	headCtx, cancel := context.WithCancel(slidelimit.ContextWithRequestID(ctx, "X"))
+	var wg sync.WaitGroup
+	var headErr error
+	var other slidelimit.Result
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_, headErr = lim.Wait(headCtx, "partner")
+	}()
+	time.Sleep(20 * time.Millisecond)
+	go func() {
+		defer wg.Done()
+		octx, ocancel := context.WithTimeout(ctx, 2*time.Second)
+		defer ocancel()
+		other, _ = lim.Wait(octx, "partner")
+	}()
+	time.Sleep(30 * time.Millisecond)
+	cancel() // the head leaves while Redis is still deciding for it
+	wg.Wait()
+	sleepUntil(until)
+	if !errors.Is(headErr, context.Canceled) {
+		t.Skipf("the head did not leave in time (%v): nothing to check", headErr)
+	}
+	retry, err := lim.Allow(slidelimit.ContextWithRequestID(ctx, "X"), "partner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Allowed && retry.Allowed {
+		t.Errorf("the waiter behind the head was admitted and the head's retry with its id X was admitted too: 2 under a limit of 1")
+	}
+}
+
+// TestAnotherLimitersTimeoutDoesNotDecideQueuedCalls: limiters of 20 ms
+// and of 10 s on one go-redis client, Redis stalled 1.5 s: the 10 s
+// limiter's calls are decided by Redis, every one, however the 20 ms
+// limiter's fare beside them.
+func TestAnotherLimitersTimeoutDoesNotDecideQueuedCalls(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	short := mustLimiter(t, e.clients[0], slidelimit.PerMinute(1000), slidelimit.WithTimeout(20*time.Millisecond))
+	long := mustLimiter(t, e.clients[0], slidelimit.PerMinute(1000), slidelimit.WithTimeout(10*time.Second))
+	ctx := t.Context()
+	if _, err := long.Peek(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	until := e.pause(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	var fallbacks atomic.Int64
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = short.Allow(ctx, fmt.Sprint("short-", i))
+		}()
+	}
+	time.Sleep(5 * time.Millisecond)
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if res, _ := long.Allow(ctx, fmt.Sprint("long-", i)); res.Fallback {
+				fallbacks.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	sleepUntil(until)
+	if n := fallbacks.Load(); n > 0 {
+		t.Errorf("%d of 40 calls of the 10 s limiter fell back while Redis stalled 1.5 s, want 0", n)
+	}
+}
+
+// TestOneLongWindowDoesNotUnboundTheLog: one call under 1,000/day, then
+// ten seconds of 1,000 units under 1,000/s (in calls of MaxExactCost): no key of the
+// identity holds more members than the largest exact quota used (1,000).
+func TestOneLongWindowDoesNotUnboundTheLog(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	clock := newFrozenClock()
+	prefix := newPrefix("reg")
+	lim, err := slidelimit.New(e.clients[0], slidelimit.PerDay(1000), slidelimit.WithPrefix(prefix), slidelimit.WithClock(clock.Now), slidelimit.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if res, err := lim.Allow(ctx, "tenant"); err != nil || !res.Allowed {
+		t.Fatalf("Allow = %+v, %v", res, err)
+	}
+	for i := range 10 {
+		clock.advance(time.Second)
+		for j := range 1000 / slidelimit.MaxExactCost { // a call adds at most MaxExactCost
+			if res, err := lim.AllowLimits(ctx, "tenant", slidelimit.MaxExactCost, slidelimit.PerSecond(1000)); err != nil || !res.Allowed {
+				t.Fatalf("AllowLimits %d.%d = %+v, %v", i, j, res, err)
+			}
+		}
+	}
+	keys, err := e.keys(ctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k.members > exactLogBound(1000) {
+			t.Errorf("%s holds %d members (%d bytes, expires in %v), want at most %d", k.key, k.members, k.bytes, k.ttl, exactLogBound(1000))
+		}
+	}
+}
+
+// TestSteppedLogLivesTwoWindowsAndAStep: one admission under
+// PerDay(100_000), counted at one-minute steps. stepped.lua's header says
+// the log lives "two windows and a step" from the write that renews it;
+// its TTL must be at most two days and a minute (and the slack of
+// steppedTTLBound). The script set 2*ceil((W+step)/1000) ms: two days and
+// two minutes.
+func TestSteppedLogLivesTwoWindowsAndAStep(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	prefix := newPrefix("reg")
+	limit := slidelimit.PerDay(100_000)
+	lim, err := slidelimit.New(e.clients[0], limit, slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := lim.Allow(t.Context(), "tenant"); err != nil || !res.Allowed {
+		t.Fatalf("Allow = %+v, %v", res, err)
+	}
+	key, _ := slidelimit.Key(prefix, "tenant", limit)
+	ttl, err := e.admins[0].PTTL(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := steppedTTLBound(limit.Window, limit.Resolution()); ttl > want || ttl < 2*limit.Window {
+		t.Errorf("PTTL(%s) = %v after one admission under %v (step %v), want %v..%v: two windows and a step",
+			key, ttl, limit, limit.Resolution(), 2*limit.Window, want)
+	}
+}
+
+// TestAShortLeaseDoesNotShortenALongOne: a request holds a place under
+// InFlight(1, 10s); another plan of the same identity then takes a place
+// under InFlight(2, 1s). The in-flight log "lives as long as its longest
+// lease": the first lease, and so the log, must outlive the second's
+// second (inflight.lua set the log's life to each new lease's, so the
+// first place vanished after a second and a third request was admitted
+// beside it under InFlight(1, 10s)).
+func TestAShortLeaseDoesNotShortenALongOne(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	prefix := newPrefix("reg")
+	lim, err := slidelimit.New(e.clients[0], slidelimit.PerSecond(3), slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, short := slidelimit.InFlight(1, 10*time.Second), slidelimit.InFlight(2, time.Second)
+	for _, l := range []slidelimit.Limit{long, short} {
+		if res, err := lim.AllowLimits(t.Context(), "tenant", 1, l); err != nil || !res.Allowed {
+			t.Fatalf("AllowLimits(%v) = %+v, %v", l, res, err)
+		}
+	}
+	key, _ := slidelimit.Key(prefix, "tenant", slidelimit.PerSecond(1))
+	ttl, err := e.admins[0].PTTL(t.Context(), key+":#inflight").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl < 9*time.Second {
+		t.Errorf("PTTL(%s:#inflight) = %v after a lease of 10s and then one of 1s, want at least 9s: the log lives as long as its longest lease", key, ttl)
+	}
+}
+
+// TestReplayAShortLeaseShortensALongOne is the checker's shrunk sequence
+// of the same defect (seed 2003).
+func TestReplayAShortLeaseShortensALongOne(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+	}, []op{
+		allowOp{Lim: 0, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(3, time.Second), slidelimit.InFlight(1, 10*time.Second)}, Req: "r1"},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(3, time.Second), slidelimit.InFlight(2, time.Second)}, Req: "r2"},
+	})
+}
+
+// TestRenewOfAnEndedLeaseEndsIt: a request holds a place under
+// InFlight(1, time.Second); two seconds later, with no decision in
+// between, it is renewed. Renew: "A lease that ended already is not
+// renewed: Renew then returns an error wrapping ErrLeaseEnded, and the
+// request holds no place." settle.lua renewed any lease still in the log,
+// ended or not, until a decision evicted it.
+func TestRenewOfAnEndedLeaseEndsIt(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	clock := newFrozenClock()
+	lim := mustLimiter(t, e.clients[0], slidelimit.PerSecond(3), slidelimit.WithClock(clock.Now), slidelimit.WithTimeout(10*time.Second))
+	ctx := t.Context()
+	inflight := slidelimit.InFlight(1, time.Second)
+	first, err := lim.AllowLimits(slidelimit.ContextWithRequestID(ctx, "first"), "tenant", 1, inflight)
+	if err != nil || !first.Allowed {
+		t.Fatalf("AllowLimits = %+v, %v", first, err)
+	}
+	clock.advance(2 * time.Second)
+	if err := lim.Renew(ctx, first); !errors.Is(err, slidelimit.ErrLeaseEnded) {
+		t.Fatalf("Renew of a lease of 1s two seconds on = %v, want ErrLeaseEnded", err)
+	}
+	second, err := lim.AllowLimits(ctx, "tenant", 1, inflight)
+	if err != nil || !second.Allowed {
+		t.Errorf("AllowLimits after the first lease ended = %+v, %v; want admitted", second, err)
+	}
+}
+
+// TestReplayARenewalRevivesAnEndedLease is the checker's shrunk sequence
+// of the same defect (seed 10005).
+func TestReplayARenewalRevivesAnEndedLease(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+	}, []op{
+		allowOp{Lim: 0, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(3, time.Second), slidelimit.InFlight(2, time.Second)}, Req: "r1", ID: true},
+		advanceOp{D: time.Second},
+		settleOp{Of: "r1", Via: 0, Kind: "renew"},
+	})
+}
+
+// TestFailLocalDecidesByTheCallsOwnLimits: a FailLocal limiter of 20/min
+// over two replicas decides a pro tenant's calls under 600/min
+// (AllowLimits) while Redis is down: the call's limit has a share of 300,
+// so 15 calls are admitted, each Result naming the call's limit.
+func TestFailLocalDecidesByTheCallsOwnLimits(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	lim := mustLimiter(t, e.clients[0], slidelimit.PerMinute(20), slidelimit.WithFailurePolicy(slidelimit.FailLocal), slidelimit.WithReplicas(2))
+	e.server.Stop()
+	pro := slidelimit.PerMinute(600)
+	for i := range 15 {
+		res, err := lim.AllowLimits(t.Context(), "pro-tenant", 1, pro)
+		if !errors.Is(err, slidelimit.ErrUnavailable) || !res.Fallback {
+			t.Fatalf("AllowLimits %d with Redis down = %+v, %v; want a fallback", i, res, err)
+		}
+		if !res.Allowed || res.Limit != pro {
+			t.Fatalf("AllowLimits %d under %v with Redis down = Allowed %v, Limit %v; want admitted by the call's own limit (a share of %d)",
+				i, pro, res.Allowed, res.Limit, pro.Quota/2)
+		}
+	}
+}
+
+// TestFailLocalCountsRequestsOfALimitOfRequests: a FailLocal limiter
+// decides calls of cost 100 under 1,000 units and 3 requests a minute
+// (ForRequests) while Redis is down: "A limit marked ForRequests counts
+// requests rather than their cost", so three calls are admitted and the
+// fourth denied by the requests' limit. FailLocal counted the limit of
+// requests in units, and denied the first call (100 units of a share of
+// 3).
+func TestFailLocalCountsRequestsOfALimitOfRequests(t *testing.T) {
+	e := newStandaloneEnv(t, "reg", 0)
+	lim := mustLimiter(t, e.clients[0], slidelimit.PerMinute(20), slidelimit.WithFailurePolicy(slidelimit.FailLocal))
+	e.server.Stop()
+	units, requests := slidelimit.PerMinute(1000), slidelimit.PerMinute(3).ForRequests()
+	for i := range 4 {
+		res, err := lim.AllowLimits(t.Context(), "tenant", 100, units, requests)
+		if !errors.Is(err, slidelimit.ErrUnavailable) || !res.Fallback || !res.Local {
+			t.Fatalf("AllowLimits %d with Redis down = %+v, %v; want a FailLocal fallback", i, res, err)
+		}
+		if want := i < 3; res.Allowed != want {
+			t.Errorf("AllowLimits %d of cost 100 under %v and %v (requests) = Allowed %v (Limit %v, Remaining %d), want %v",
+				i, units, requests, res.Allowed, res.Limit, res.Remaining, want)
+		}
+	}
+}
+
+// TestAStepOnlyIdentityStaysDeniedWhileItsSlotMigrates: an identity under
+// a stepped limit only has used its quota of 60; its slot then starts
+// migrating to another primary of the Cluster (SETSLOT IMPORTING and
+// MIGRATING, no key moved yet). Its calls must still be denied, by Redis.
+func TestAStepOnlyIdentityStaysDeniedWhileItsSlotMigrates(t *testing.T) {
+	e := newClusterEnv(t, "reg", 0)
+	clock := newFrozenClock()
+	prefix := newPrefix("reg")
+	limit := slidelimit.PerMinute(60).Stepped(time.Second)
+	lim, err := slidelimit.New(e.clients[0], limit, slidelimit.WithPrefix(prefix), slidelimit.WithClock(clock.Now),
+		slidelimit.WithTimeout(5*time.Second), slidelimit.WithDenyCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for i := range 60 {
+		if res, err := lim.Allow(ctx, "tenant"); err != nil || !res.Allowed {
+			t.Fatalf("Allow %d = %+v, %v", i, res, err)
+		}
+	}
+	key, _ := slidelimit.Key(prefix, "tenant", limit)
+	stop := e.beginMigration(t, key)
+	defer stop()
+	admitted, fallbacks := 0, 0
+	for range 10 {
+		res, _ := lim.Allow(ctx, "tenant")
+		switch {
+		case res.Fallback:
+			fallbacks++
+		case res.Allowed:
+			admitted++
+		}
+	}
+	if admitted > 0 || fallbacks > 0 {
+		t.Errorf("while its slot migrates, an identity at its quota of %v was admitted %d times of 10 (%d fell back), want 0 and 0", limit, admitted, fallbacks)
+	}
+}
+
+// beginMigration marks the slot of key as migrating from its primary to
+// another (no key moved), and returns a function that ends the migration.
+func (e *env) beginMigration(t *testing.T, key string) func() {
+	t.Helper()
+	ctx := t.Context()
+	slot, err := e.admins[0].ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := e.clients[0].(*redis.ClusterClient).MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src, dst *redis.Client
+	for _, c := range e.admins {
+		if c.Options().Addr == owner.Options().Addr {
+			src = c
+		} else if dst == nil {
+			dst = c
+		}
+	}
+	srcID, _ := src.Do(ctx, "CLUSTER", "MYID").Text()
+	dstID, _ := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		for _, c := range e.admins {
+			_ = c.Do(context.Background(), "CLUSTER", "SETSLOT", slot, "STABLE").Err()
+		}
+	}
+}
+
+// The shrunk sequences the checker printed, pasted as it prints them: they
+// replay through the model, and fail the same way until the defect is
+// fixed.
+
+// TestReplayAFallbackUnderAPlanIsDecidedByThePlan is the checker's shrunk
+// sequence of FailLocal deciding a per-call plan by the limiter's own
+// limits (seed 2378197977951788).
+func TestReplayAFallbackUnderAPlanIsDecidedByThePlan(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailLocal},
+		{Process: 0, Limits: plan{slidelimit.Per(5, 10*time.Second), slidelimit.Per(100, time.Hour)}, Timeout: 100 * time.Millisecond, Policy: slidelimit.FailLocal, Replicas: 3, DenyCache: true},
+	}, []op{
+		allowOp{Lim: 1, Who: "b", Cost: 1, Req: "r1", ID: true},
+		downOp{},
+		allowOp{Lim: 1, Who: "c", Cost: 1, Plan: plan{slidelimit.Per(3, time.Second)}, Req: "r3"},
+	})
+}
+
+// TestReplayAShortPlanDoesNotGrowTheLogPastTheLargestQuota is the
+// checker's shrunk sequence of a log kept for a minute by one plan while
+// another admits into it (seed 3727420594805158); its 595 units now come
+// in three calls, for a call adds at most MaxExactCost.
+func TestReplayAShortPlanDoesNotGrowTheLogPastTheLargestQuota(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(600, time.Minute)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+	}, []op{
+		allowOp{Lim: 0, Who: "b", Cost: 1, Req: "r1"},
+		allowOp{Lim: 0, Who: "b", Cost: 250, Req: "r2"}, // 595 units, in calls of at most MaxExactCost
+		allowOp{Lim: 0, Who: "b", Cost: 250, Req: "r2.1"},
+		allowOp{Lim: 0, Who: "b", Cost: 95, Req: "r2.2"},
+		advanceOp{D: 10 * time.Second},
+		allowOp{Lim: 0, Who: "b", Cost: 5, Plan: plan{slidelimit.Per(5, 10*time.Second)}, Req: "r4"},
+	})
+}
+
+// TestReplayARetryCountsOnceInTheDayAfterTheSecondLetItGo is the checker's
+// shrunk sequence of a retried id counted again by a stepped limit once
+// the exact log had evicted it (seed 1438295135169054).
+func TestReplayARetryCountsOnceInTheDayAfterTheSecondLetItGo(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+	}, []op{
+		allowOp{Lim: 0, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(3, time.Second), slidelimit.Per(100000, 24*time.Hour)}, Req: "r1", ID: true},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Req: "r2", ID: true},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Req: "r3", ID: true},
+		advanceOp{D: time.Second},
+		waitOp{Lim: 0, Who: "a", Cost: 1, Req: "r5", ID: true, D: 50 * time.Millisecond},
+		waitOp{Lim: 1, Who: "a", Cost: 1, Req: "r6", ID: true, D: 50 * time.Millisecond},
+		retryOp{Of: "r1"},
+	})
+}
+
+// TestReplayAWaitersHeadLeavingLeavesItsIdUnrecorded is the checker's
+// shrunk sequence of Wait handing the head's admission, recorded under its
+// id, to the waiter behind it (seed 3959424170104735): the head's retry
+// is then answered as a retry of an admission it never got.
+func TestReplayAWaitersHeadLeavingLeavesItsIdUnrecorded(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+	}, []op{
+		waitRaceOp{Lim: 1, Who: "b", Cost: 1, Req: "r1", ID: true, Cancel: 30 * time.Millisecond, Others: 1, Pause: 200 * time.Millisecond},
+		retryOp{Of: "r1"},
+	})
+}
+
+// TestReplayAWaitUnderABlockRefundsItsFirstAdmission is the checker's
+// sequence of a Wait queue that begins under a Block (seed 17000, shrunk by
+// hand): the head is admitted under its own id, finds the block and
+// refunds, then is admitted again once the block ends. The stepped log
+// records two admissions, one of them refunded, which the model held only
+// for a Wait judged while the block could still be in force at its end.
+func TestReplayAWaitUnderABlockRefundsItsFirstAdmission(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(600, time.Minute), slidelimit.Per(20, time.Minute)}, Timeout: 2 * time.Second, Policy: slidelimit.FailOpen, DenyCache: true},
+		{Process: 1, Limits: plan{slidelimit.Per(5, 10*time.Second).Stepped(time.Second)}, Timeout: 100 * time.Millisecond, Policy: slidelimit.FailOpen},
+	}, []op{
+		blockOp{Lim: 1, Who: "b", D: 100 * time.Millisecond},
+		waitRaceOp{Lim: 1, Who: "b", Cost: 3, Req: "r1", ID: true, Cancel: 300 * time.Millisecond, Others: 1, Pause: 0},
+	})
+}
+
+// TestReplayAWaitOutlastingABlock: the same for a lone waiter, whose Wait
+// ends after the block did.
+func TestReplayAWaitOutlastingABlock(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 1, Limits: plan{slidelimit.Per(5, 10*time.Second).Stepped(time.Second)}, Timeout: 100 * time.Millisecond, Policy: slidelimit.FailOpen},
+	}, []op{
+		blockOp{Lim: 0, Who: "b", D: 100 * time.Millisecond},
+		waitOp{Lim: 0, Who: "b", Cost: 3, Req: "r1", ID: true, D: 300 * time.Millisecond},
+	})
+}
+
+// TestReplayAWaitersRefundedAdmissionLeavesNoUnit is the checker's shrunk
+// sequence (seed 551596) of a waiter that leaves under a Block: its queue
+// admitted it under an id of its own, found the block and refunded. The
+// model held that admission as anonymous, which no refund could find, so
+// it kept a unit Redis had given back, while the grown record (the
+// waiter's limiter counts a longer window) showed the admission happened.
+func TestReplayAWaitersRefundedAdmissionLeavesNoUnit(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 1, Limits: plan{slidelimit.Per(3, time.Second), slidelimit.Per(60, time.Minute).Stepped(time.Second), slidelimit.Per(5, 10*time.Second)}, Timeout: 100 * time.Millisecond, Policy: slidelimit.FailClosed, DenyCache: true},
+		{Process: 0, Limits: plan{slidelimit.Per(600, time.Minute), slidelimit.Per(3, time.Second)}, Timeout: 2 * time.Second, Policy: slidelimit.FailOpen},
+	}, []op{
+		blockOp{Lim: 0, Who: "b", D: 100 * time.Millisecond},
+		advanceOp{D: 500 * time.Millisecond},
+		blockOp{Lim: 1, Who: "b", D: time.Second},
+		allowOp{Lim: 0, Who: "a", Cost: 2, Req: "r4", ID: true},
+		allowOp{Lim: 0, Who: "b", Cost: 1, Req: "r5", ID: true},
+		waitRaceOp{Lim: 1, Who: "b", Cost: 1, Req: "r6", ID: false, Cancel: 30 * time.Millisecond, Others: 0, Pause: 0},
+	})
+}
