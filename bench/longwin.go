@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -30,17 +29,18 @@ const longReps = 5
 //   - evict: the first call half a day after a full day (a stepped limit
 //     drops 720 steps).
 //
-// Quotas above MaxExactQuota are counted in steps by the limiter; their
-// exact figures run allow.lua directly with the same keys and arguments the
-// limiter would send, to show what the exact log would cost.
+// Quotas above MaxExactQuota, and costs above MaxExactCost, are counted in
+// steps by the limiter; their exact figures run the allow script directly
+// with the keys and arguments the limiter would send for an exact limit,
+// to show what the exact log would cost.
 func (b *bench) longWindows(ctx context.Context) error {
 	fmt.Printf("\n== long windows: one identity of a daily quota, exact and at one-minute steps (MEMORY USAGE of its keys at full quota; Redis µs of one decision, INFO commandstats, fastest of %d identities)\n", longReps)
 	fmt.Printf("%-9s %-8s %12s %10s %12s %10s %10s\n", "quota/day", "mode", "B at full", "cost 1", "cost quota", "denied", "evict")
-	src, err := os.ReadFile(b.script)
+	src, err := allowSource(b.script)
 	if err != nil {
 		return err
 	}
-	script := redis.NewScript(string(src))
+	script := redis.NewScript(src)
 	for _, q := range longQuotas {
 		ex, err := b.longExact(ctx, script, q)
 		if err != nil {
@@ -53,7 +53,7 @@ func (b *bench) longWindows(ctx context.Context) error {
 		}
 		fmt.Printf("%-9d %-8s %12d %10.0f %12.0f %10.0f %10.0f\n", q, "1m steps", st.bytes, st.cost1, st.costQ, st.denied, st.evict)
 	}
-	fmt.Println("(exact above 1,000/day: allow.lua run directly, as the limiter counts such quotas in steps)")
+	fmt.Println("(exact above 1,000/day, and every exact cost above 250: the allow script run directly, as the limiter counts those in steps)")
 	return nil
 }
 
@@ -97,14 +97,14 @@ func (b *bench) timed(ctx context.Context, best *float64, do func() error) error
 	return nil
 }
 
-// longExact measures the exact log of a quota of q per day, through
-// allow.lua run directly (KEYS: log, record; ARGV as the limiter sends).
+// longExact measures the exact log of a quota of q per day, through the
+// allow script run directly (KEYS: the log; ARGV as the limiter sends).
 func (b *bench) longExact(ctx context.Context, script *redis.Script, q int) (longFigures, error) {
 	var f longFigures
 	window := strconv.FormatInt((24 * time.Hour).Microseconds(), 10)
 	eval := func(log string, cost int) (int64, error) {
 		id := strconv.FormatUint(rand.Uint64(), 36)
-		reply, err := script.Run(ctx, b.rdb, []string{log, log + ":#keep"}, cost, id, "", q, window).Int64Slice()
+		reply, err := script.Run(ctx, b.rdb, []string{log}, cost, id, "", 0, 1, q, window).Int64Slice()
 		if err != nil {
 			return 0, err
 		}
@@ -205,11 +205,7 @@ func (b *bench) longStepped(ctx context.Context, q int) (longFigures, error) {
 		if err != nil {
 			return f, err
 		}
-		u2, err := b.usage(ctx, key+":ids")
-		if err != nil {
-			return f, err
-		}
-		f.bytes = max(f.bytes, u1+u2)
+		f.bytes = max(f.bytes, u1) // a stepped log holds its request ids
 		if err := b.timed(ctx, &f.denied, func() error { return allow(full, 1, false) }); err != nil {
 			return f, err
 		}

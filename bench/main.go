@@ -14,7 +14,7 @@
 //   - ulule/limiter v3 with its Redis store (fixed window);
 //   - the classic sliding-log script (ZREMRANGEBYSCORE, ZCARD, ZADD, PEXPIRE;
 //     member "<ms>-<uuid>"; plain Script.Run);
-//   - redis-benchmark running core/allow.lua by EVALSHA, unpipelined and with
+//   - redis-benchmark running the allow script by EVALSHA, unpipelined and with
 //     -P 16: the ceilings, at 64 and 256 clients.
 //
 // Paths: allowed (1,000 identities, a quota of 1,000,000 per minute, so every
@@ -112,8 +112,8 @@ type bench struct {
 	plain    *redis.Client // go-redis's defaults: ContextTimeoutEnabled off
 	host     string
 	port     string
-	sha      string // allow.lua's
-	script   string // allow.lua's path
+	sha      string // the allow script's
+	script   string // a file holding another allow script to measure (BENCH_SCRIPT), or ""
 	cell     time.Duration
 	reps     int
 	levels   []int
@@ -153,7 +153,7 @@ func run() error {
 		rdb:     redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}),
 		host:    host,
 		port:    port,
-		script:  envString("BENCH_SCRIPT", "../core/allow.lua"),
+		script:  envString("BENCH_SCRIPT", ""),
 		cell:    envDuration("BENCH_CELL", 1500*time.Millisecond),
 		reps:    envInt("BENCH_REPS", 3),
 		levels:  envInts("BENCH_LEVELS", []int{1, 16, 64, 256}),
@@ -173,11 +173,11 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	src, err := os.ReadFile(b.script)
+	src, err := allowSource(b.script)
 	if err != nil {
 		return err
 	}
-	if b.sha, err = b.rdb.ScriptLoad(ctx, string(src)).Result(); err != nil {
+	if b.sha, err = b.rdb.ScriptLoad(ctx, src).Result(); err != nil {
 		return err
 	}
 	if err := b.rdb.ConfigSet(ctx, "zset-max-listpack-entries", "128").Err(); err != nil {
@@ -439,7 +439,7 @@ func measured(lat []time.Duration, elapsed time.Duration, cpuSeconds float64) ce
 	return c
 }
 
-// runCeiling runs redis-benchmark with allow.lua by EVALSHA on the allowed
+// runCeiling runs redis-benchmark with the allow script by EVALSHA on the allowed
 // path, pipelining p commands per client.
 func (b *bench) runCeiling(ctx context.Context, clients, p int) error {
 	name := "ceiling"
@@ -456,10 +456,11 @@ func (b *bench) runCeiling(ctx context.Context, clients, p int) error {
 	n = max(n, 5000)
 	args := []string{"-h", b.host, "-p", b.port, "-c", strconv.Itoa(clients), "-n", strconv.FormatInt(n, 10),
 		"-r", strconv.Itoa(identities), "-P", strconv.Itoa(p), "--csv",
-		// ARGV as in allow.lua's header: cost 1, a request id, "" for
-		// Redis TIME, then the quota and the window in microseconds.
+		// ARGV as in decide.lua's header: cost 1, a request id, "" for
+		// Redis TIME, then one exact part (step 0) of one limit: the quota
+		// and the window in microseconds.
 		"EVALSHA", b.sha, "1", prefix + "{__rand_int__}:q", "1", "__rand_int__-__rand_int__-__rand_int__", "",
-		strconv.Itoa(quota("allowed")), strconv.FormatInt(time.Minute.Microseconds(), 10)}
+		"0", "1", strconv.Itoa(quota("allowed")), strconv.FormatInt(time.Minute.Microseconds(), 10)}
 	cpu0 := b.cpu(ctx)
 	start := time.Now()
 	out, err := exec.CommandContext(ctx, "redis-benchmark", args...).Output()
@@ -716,4 +717,23 @@ func envStrings(name string, def []string) []string {
 		return v
 	}
 	return def
+}
+
+// allowSource returns the allow script for plans of exact limits, as
+// core/internal/script assembles it from its files, or the file at path if
+// one is given.
+func allowSource(path string) (string, error) {
+	if path != "" {
+		src, err := os.ReadFile(path)
+		return string(src), err
+	}
+	var src strings.Builder
+	for _, f := range []string{"prelude", "exact", "decide"} {
+		part, err := os.ReadFile("../core/internal/script/" + f + ".lua")
+		if err != nil {
+			return "", err
+		}
+		src.Write(part)
+	}
+	return src.String(), nil
 }

@@ -119,7 +119,7 @@ func (b *bench) usage(ctx context.Context, key string) (int64, error) {
 // other processes on the machine.
 func (b *bench) listpack(ctx context.Context) error {
 	const keys, rounds, perRound = 20, 5, 10
-	fmt.Printf("\n== zset-max-listpack-entries: memory against Redis time per allow.lua admission (%d keys each; fastest of %d rounds of %d admissions per key, INFO commandstats)\n", keys, rounds, perRound)
+	fmt.Printf("\n== zset-max-listpack-entries: memory against Redis time per admission of the allow script (%d keys each; fastest of %d rounds of %d admissions per key, INFO commandstats)\n", keys, rounds, perRound)
 	fmt.Printf("%-8s %-9s %-9s %12s %16s\n", "entries", "requests", "encoding", "B/request", "µs per call")
 	defer b.rdb.ConfigSet(ctx, "zset-max-listpack-entries", "128")
 	limit := slidelimit.PerHour(slidelimit.MaxExactQuota)

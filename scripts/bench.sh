@@ -6,10 +6,11 @@
 # and p99 latency and Redis CPU per decision at 1, 16, 64 and 256 callers on
 # the allowed (exact), stepped and denied paths for slidelimit, go-redis/redis_rate v10,
 # ulule/limiter v3 and the classic sliding-log script; redis-benchmark
-# running core/allow.lua by EVALSHA unpipelined and with -P 16; every ratio;
+# running the allow script by EVALSHA unpipelined and with -P 16; every ratio;
 # MEMORY USAGE per identity and per request; the zset-max-listpack-entries
 # trade-off. Then the allocations per decision (go test -benchmem) of core
-# and of each HTTP adapter. BENCHMARKS.md holds a full run.
+# and of each HTTP adapter, and how long a burst's script calls keep Redis
+# busy (SLOWLOG). BENCHMARKS.md holds a full run.
 #
 # make bench runs it under scripts/with-redis.sh; run alone, it starts its
 # own Redis the same way. BENCH_CELL (default 1.5s) is how long each cell
@@ -42,3 +43,6 @@ echo " for echo, minus 'noop': Echo allocates any route middleware's handler on 
 echo
 echo "== Wait: 32 waiters per CPU on one identity; EVALSHA sent and decisions per admission"
 (cd core && go test -run '^$' -bench '^BenchmarkWait$' -benchtime 3000x -count 1 .) | grep -E '^Benchmark'
+echo
+echo "== how long a burst's script calls keep Redis busy (SLOWLOG, private server): 64 callers, 40 decisions each"
+(cd core && go test -run '^$' -bench '^BenchmarkScriptCallDuration$' -benchtime 40x -count 1 .) | grep -E '^Benchmark'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# script-cost.sh: what one allow.lua admission costs inside Redis, beside the
+# script-cost.sh: what one admission of the allow script costs inside Redis, beside the
 # classic sliding-log script (bench/main.go's classicSource) and ulule/limiter's
 # fixed-window script, on one server.
 #
@@ -13,7 +13,7 @@
 #   cpu    INFO cpu (used_cpu_user + used_cpu_sys) delta / calls, network included
 # then the median and the minimum of the rounds for each script.
 #
-# SCRIPT_COST_BASE=REV      also measures core/allow.lua as of git revision REV
+# SCRIPT_COST_BASE=REV      also measures the allow script as of git revision REV
 # SCRIPT_COST_REPS=7        rounds
 # SCRIPT_COST_N=50000       calls per script and round
 # SCRIPT_COST_CLIENTS=16    redis-benchmark -c
@@ -58,10 +58,26 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cp core/allow.lua "$work/allow.lua"
-names=(allow)
+# The allow script as core/internal/script/script.go assembles it: "allow"
+# for any plan, "exact" for plans of exact limits only.
+allow_source() { # FORM [REV]: the files as of git revision REV, or the working tree
+	local d=core/internal/script f files=(prelude exact stepped inflight decide)
+	[ "$1" = exact ] && files=(prelude exact decide)
+	for f in "${files[@]}"; do
+		if [ -n "${2:-}" ]; then git show "$2:$d/$f.lua"; else cat "$d/$f.lua"; fi
+	done
+}
+allow_source allow >"$work/allow.lua"
+allow_source exact >"$work/exact.lua"
+names=(exact allow)
 if [ -n "${SCRIPT_COST_BASE:-}" ]; then
-	git show "$SCRIPT_COST_BASE:core/allow.lua" >"$work/allow@$SCRIPT_COST_BASE.lua"
+	# Before the scripts moved to core/internal/script, one file with
+	# another argument format (see args below); after, its exact form.
+	if git cat-file -e "$SCRIPT_COST_BASE:core/allow.lua" 2>/dev/null; then
+		git show "$SCRIPT_COST_BASE:core/allow.lua" >"$work/allow@$SCRIPT_COST_BASE.lua"
+	else
+		allow_source exact "$SCRIPT_COST_BASE" >"$work/allow@$SCRIPT_COST_BASE.lua"
+	fi
 	names+=("allow@$SCRIPT_COST_BASE")
 fi
 sed -n '/^const classicSource = `/,/^`/p' bench/main.go | sed '1d;$d' >"$work/classic.lua"
@@ -89,7 +105,12 @@ args() {
 	case $1 in
 	ulule) echo EVALSHA "$2" 1 "u{__rand_int__}" 1 60000 ;;
 	classic) echo EVALSHA "$2" 1 "c{__rand_int__}" 1764000000000 60000 1000000 "1764000000000-__rand_int__-__rand_int__-__rand_int__" ;;
-	*) echo EVALSHA "$2" 1 "s{__rand_int__}:q" 1 "__rand_int__-__rand_int__-__rand_int__" '""' 1000000 60000000 ;;
+	allow@*) if grep -q '^-- ARGV\[2+2i\]' "$work/$1.lua"; then # the one-file format
+		echo EVALSHA "$2" 1 "s{__rand_int__}:q" 1 "__rand_int__-__rand_int__-__rand_int__" '""' 1000000 60000000
+	else
+		echo EVALSHA "$2" 1 "s{__rand_int__}:q" 1 "__rand_int__-__rand_int__-__rand_int__" '""' 0 1 1000000 60000000
+	fi ;;
+	*) echo EVALSHA "$2" 1 "s{__rand_int__}:q" 1 "__rand_int__-__rand_int__-__rand_int__" '""' 0 1 1000000 60000000 ;;
 	esac
 }
 
@@ -98,7 +119,7 @@ batchArgs() {
 	local a=(EVALSHA "$1" "$2") i
 	for i in $(seq "$2"); do a+=("s{__rand_int__}:q$i"); done
 	a+=('*')
-	for i in $(seq "$2"); do a+=(1 1 "__rand_int__-$i-__rand_int__" '' 1000000 60000000); done
+	for i in $(seq "$2"); do a+=(1 1 "__rand_int__-$i-__rand_int__" '' 0 1 1000000 60000000); done
 	printf '%s\n' "${a[@]}"
 }
 
