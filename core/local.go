@@ -114,20 +114,31 @@ func (l *localLimits) decide(ids, names []string, n int, id string, set *limitSe
 	}
 	if allowed && id != "" {
 		// A level's requests are counted only by calls with a limit that
-		// counts them there, as Redis keeps them in a log of their own
-		// that only such calls write.
-		requests := make([]bool, len(entries))
+		// counts them there, and its units only by calls with a limit
+		// that counts units there, as Redis keeps each in a log of its
+		// own that only such calls write.
+		units, requests := make([]bool, len(entries)), make([]bool, len(entries))
 		for i, lim := range set.limits {
-			if lim.Requests && !lim.InFlight {
-				if set.levels == nil {
-					requests[0] = true
-				} else {
-					requests[set.levels[i]] = true
-				}
+			at := 0
+			if set.levels != nil {
+				at = set.levels[i]
+			}
+			switch {
+			case lim.InFlight:
+			case lim.Requests:
+				requests[at] = true
+			default:
+				units[at] = true
 			}
 		}
 		for i, e := range entries {
-			e.record(n, requests[i], now)
+			cost := 0
+			if units[i] {
+				cost = n
+			}
+			if cost > 0 || requests[i] {
+				e.record(cost, requests[i], now)
+			}
 		}
 		for i, lim := range set.limits {
 			if lim.InFlight {
@@ -224,8 +235,8 @@ func (e *localEntry) evict(now time.Time) {
 	e.leases = held
 }
 
-// record adds an admission of cost n at now to e, and counts it as a
-// request if requests.
+// record adds an admission of cost n (0 when the call counts no units
+// on e) at now to e, and counts it as a request if requests.
 func (e *localEntry) record(n int, requests bool, now time.Time) {
 	r := 0
 	if requests {

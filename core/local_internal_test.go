@@ -111,3 +111,30 @@ func TestLocalRequestsCountOnlyCallsThatCountThem(t *testing.T) {
 		t.Fatalf("second call with a limit of 1 request a second = %+v, want denied", res)
 	}
 }
+
+// TestLocalUnitsCountOnlyCallsThatCountThem: a call whose only limit at a
+// level counts requests writes no units there, as Redis writes only that
+// level's log of requests; a later call limited by units must not count
+// it. The model checker found it (seeds 12902777 and 12902871): a call
+// under 5 requests per 10 s, then one under 3 units a second over three
+// replicas (a share of 1), denied with nothing counted.
+func TestLocalUnitsCountOnlyCallsThatCountThem(t *testing.T) {
+	l := newLocalLimits(3, 10)
+	now := time.Now()
+	perRequest := mustSet(t, Per(5, 10*time.Second).ForRequests())
+	if res := l.decide([]string{"a"}, nil, 1, newRequestID(), perRequest, now); !res.Allowed {
+		t.Fatalf("decide under a limit of requests = %+v, want allowed", res)
+	}
+	byCost := mustSet(t, Per(3, time.Second), Per(5, 10*time.Second))
+	res := l.decide([]string{"a"}, nil, 1, newRequestID(), byCost, now)
+	if !res.Allowed || res.Statuses[0].Remaining != 0 || res.Statuses[1].Remaining != 0 {
+		t.Fatalf("first call by units after a call counted in requests = %+v, want allowed with 0 left of shares of 1", res)
+	}
+	if res := l.decide([]string{"a"}, nil, 1, newRequestID(), byCost, now); res.Allowed {
+		t.Fatalf("second call by units = %+v, want denied", res)
+	}
+	// The requests' share (5/3 = 1) still holds the first call.
+	if res := l.decide([]string{"a"}, nil, 1, newRequestID(), perRequest, now); res.Allowed {
+		t.Fatalf("second call under a limit of requests = %+v, want denied", res)
+	}
+}
