@@ -56,8 +56,9 @@ func (l *Limiter) Settle(ctx context.Context, r Result, actual int) error {
 // Limit.Step) finds the request among the identity's last 128 admissions
 // at its step; an older one is not refunded there. The Result knows the
 // limiter that recorded it, and so its keys: it is refunded where it was
-// recorded even if l is another limiter on the same client. Errors wrap
-// ErrUnavailable.
+// recorded even if l is another limiter on the same client, within l's
+// own timeout (WithTimeout), as are Settle, Release, Renew and Shift.
+// Errors wrap ErrUnavailable.
 func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	return l.settle(ctx, r, 0, script.LeaseRelease, 0, "refund")
 }
@@ -146,7 +147,9 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 			}
 		}
 		args := a.set.plan.SettleArgs(a.id, recorded, to, lease, from.now(), shift)
-		err := from.rt.Run(ctx, func(ctx context.Context) error {
+		// On the client that recorded it, within this limiter's own
+		// timeout: the call is l's, whatever limiter admitted the request.
+		err := from.rt.RunFor(ctx, l.cfg.timeout, func(ctx context.Context) error {
 			reply, err := script.Settle.Run(ctx, from.client, a.keys, args...).Int64Slice()
 			if err == nil {
 				_, leases, err = script.Settled(reply)

@@ -108,9 +108,16 @@ func (c *Caller) decideAlone(ctx context.Context, cmd script.Command) outcome {
 // growing pause, while the deadline leaves time for another call as long
 // as the last. Run neither asks nor feeds the breaker.
 func (c *Caller) Run(ctx context.Context, do func(context.Context) error) error {
-	if c.timeout > 0 {
+	return c.RunFor(ctx, c.timeout, do)
+}
+
+// RunFor is Run bounded by timeout (0: none) instead of the Caller's own:
+// for a call made on this Caller's client on behalf of another limiter,
+// whose timeout decides it.
+func (c *Caller) RunFor(ctx context.Context, timeout time.Duration, do func(context.Context) error) error {
+	if timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	if c.bounded {
