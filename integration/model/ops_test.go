@@ -754,7 +754,7 @@ func (o settleOp) run(h *harness) {
 	if r.Local && o.Kind != "renew" {
 		h.local[rec.call.Lim].release(rec.call.Req)
 	}
-	act := settleAct{id: idOf(rec.call.Req), old: rec.cost(), units: -1, now: now}
+	act := settleAct{id: idOf(rec.call.Req), old: rec.cost(), units: -1, now: now, ra: a, rb: b}
 	switch o.Kind {
 	case "refund":
 		act.units, act.lease = 0, leaseRelease

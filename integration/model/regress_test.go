@@ -598,3 +598,88 @@ func TestReplayAWaitersRefundedAdmissionLeavesNoUnit(t *testing.T) {
 		waitRaceOp{Lim: 1, Who: "b", Cost: 1, Req: "r6", ID: false, Cancel: 30 * time.Millisecond, Others: 0, Pause: 0},
 	})
 }
+
+// TestReplayARenewalMakesTheInFlightLogLiveALease is the checker's
+// sequence (seed 12902762, standalone and Cluster) in which a request
+// admitted under a 1-minute in-flight limit is renewed about two seconds
+// later: settle.lua makes the log live the renewed lease (60 s), which the
+// model, renewing the lease but not the log's life, held to the first
+// lease's end (58.2 s). The model was wrong; it now renews both.
+func TestReplayARenewalMakesTheInFlightLogLiveALease(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(1, time.Second), slidelimit.Per(3, time.Second)}, Timeout: 2 * time.Second, Policy: slidelimit.FailClosed},
+		{Process: 1, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 2 * time.Second, Policy: slidelimit.FailClosed},
+		{Process: 1, Limits: plan{slidelimit.Per(2000, time.Minute), slidelimit.Per(100, time.Hour), slidelimit.Per(20, time.Minute)}, Timeout: 10 * time.Second, Policy: slidelimit.FailClosed, DenyCache: true, Shadow: true},
+		{Process: 1, Limits: plan{slidelimit.Per(3, time.Second), slidelimit.Per(1000, 24*time.Hour)}, Timeout: 2 * time.Second, Policy: slidelimit.FailLocal, Replicas: 2, DenyCache: true, Shadow: true},
+	}, []op{
+		allowOp{Lim: 1, Who: "b", Cost: 2, Req: "r1", ID: true},
+		retryOp{Of: "r1"},
+		allowOp{Lim: 2, Who: "b", Cost: 1, Req: "r3", ID: true},
+		allowOp{Lim: 1, Who: "b", Cost: 1, Plan: plan{slidelimit.Per(3, time.Second)}, Req: "r4"},
+		allowOp{Lim: 1, Who: "c", Cost: 3, Req: "r5", ID: true},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(5, 10*time.Second)}, Req: "r6", ID: true},
+		settleOp{Of: "r3", Via: 1, Kind: "settle", Cost: 4, Twice: false},
+		waitOp{Lim: 0, Who: "b", Cost: 1, Req: "r8", ID: true, D: 300 * time.Millisecond},
+		allowOp{Lim: 3, Who: "b", Cost: 1, Req: "r9"},
+		refundOp{Of: "r3", Via: 2},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(1, time.Second), slidelimit.Per(100, 10*time.Millisecond)}, Req: "r11", ID: true},
+		allowOp{Lim: 1, Who: "b", Cost: 3, Req: "r12", ID: true},
+		allowOp{Lim: 1, Who: "b", Cost: 3, Plan: plan{slidelimit.Per(20, time.Minute), slidelimit.Per(5, 10*time.Second), slidelimit.Per(1000, 24*time.Hour), slidelimit.InFlight(3, time.Minute)}, Req: "r13", ID: true},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Req: "r14", ID: true},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(5, 10*time.Second), slidelimit.Per(1000, time.Second), slidelimit.Per(10, time.Minute)}, Req: "r15", ID: true},
+		advanceOp{D: time.Second},
+		allowOp{Lim: 1, Who: "c", Cost: 1, Req: "r17", ID: true},
+		stallOp{Pause: 1500 * time.Millisecond, Calls: []allowOp{
+			allowOp{Lim: 3, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(10, time.Minute).ForRequests(), slidelimit.Per(100, time.Hour), slidelimit.Per(3, time.Second)}, Req: "r18.0", ID: true},
+		}},
+		allowOp{Lim: 3, Who: "b", Cost: 1, Req: "r19"},
+		allowOp{Lim: 3, Who: "c", Cost: 35, Tree: []slidelimit.Level{{Identity: "team", Limits: plan{slidelimit.Per(100, 10*time.Millisecond).Named("l1.0")}}}, Req: "r20", ID: true},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(1, time.Second)}, Req: "r21"},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Req: "r22", ID: true},
+		allowOp{Lim: 3, Who: "b", Cost: 1, Req: "r23"},
+		settleOp{Of: "r13", Via: 1, Kind: "renew", Cost: 0, Twice: false},
+	})
+}
+
+// TestReplayARefundIsBoundedByItsOwnLimitersTimeout is the checker's
+// sequence (seed 12902740, Cluster) in which a request admitted through a
+// 100 ms limiter is refunded through a 10 s limiter while the identity's
+// slot migrates: the refund ran within the admitting limiter's 100 ms, so
+// TRYAGAIN was sent again only for 100 ms and the 10 s limiter's call
+// failed (3 of 3 replays). A call is decided by its own limiter's timeout.
+func TestReplayARefundIsBoundedByItsOwnLimitersTimeout(t *testing.T) {
+	replay(t, "sequential/cluster", []limiterSpec{
+		{Process: 1, Limits: plan{slidelimit.Per(100, time.Hour), slidelimit.Per(5, 10*time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailClosed, DenyCache: true},
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 2 * time.Second, Policy: slidelimit.FailOpen, DenyCache: true, Shadow: true},
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailClosed, DenyCache: true},
+		{Process: 1, Limits: plan{slidelimit.Per(1000, time.Second), slidelimit.Per(600, time.Minute)}, Timeout: 100 * time.Millisecond, Policy: slidelimit.FailClosed},
+	}, []op{
+		allowOp{Lim: 1, Who: "a", Cost: 1, Req: "r1", ID: true},
+		allowOp{Lim: 0, Who: "b", Cost: 1, Plan: plan{slidelimit.Per(60, time.Minute).Stepped(time.Second).Shadowed()}, Req: "r2", ID: true},
+		allowOp{Lim: 2, Who: "b", Cost: 1, Plan: plan{slidelimit.Per(1000, time.Second), slidelimit.Per(10, time.Minute), slidelimit.Per(3, time.Second).Shadowed(), slidelimit.InFlight(3, time.Minute)}, Req: "r3", ID: true},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(2000, time.Minute), slidelimit.Per(100000, 24*time.Hour).Shadowed()}, Req: "r4", ID: true},
+		allowOp{Lim: 1, Who: "b", Cost: 1, Req: "r5", ID: true},
+		allowOp{Lim: 0, Who: "c", Cost: 163, Plan: plan{slidelimit.Per(5, 10*time.Second).ForRequests()}, Req: "r6", ID: true},
+		allowOp{Lim: 1, Who: "a", Cost: 3, Req: "r7", ID: true},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Plan: plan{slidelimit.Per(1000, 24*time.Hour), slidelimit.Per(3, time.Second).Shadowed()}, Req: "r8", ID: true},
+		allowOp{Lim: 1, Who: "a", Cost: 1, Req: "r9", ID: true},
+		settleOp{Of: "r4", Via: 0, Kind: "release", Cost: 0, Twice: false},
+		stallOp{Pause: 50 * time.Millisecond, Calls: []allowOp{
+			allowOp{Lim: 1, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(1, time.Second)}, Req: "r11.0"},
+			allowOp{Lim: 2, Who: "b", Cost: 1, Req: "r11.1", ID: true},
+			allowOp{Lim: 2, Who: "c", Cost: 1, Req: "r11.2", ID: true},
+			allowOp{Lim: 1, Who: "d", Cost: 1, Plan: plan{slidelimit.Per(5, 10*time.Second), slidelimit.InFlight(2, time.Second)}, Req: "r11.3", ID: true},
+		}},
+		allowOp{Lim: 1, Who: "b", Cost: 1, Plan: plan{slidelimit.Per(3, time.Second)}, Req: "r12", ID: true},
+		allowOp{Lim: 1, Who: "c", Peek: true, Req: "r13"},
+		refundOp{Of: "r5", Via: 3},
+		allowOp{Lim: 3, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(200, time.Minute).Stepped(time.Second), slidelimit.Per(100000, 24*time.Hour), slidelimit.Per(100, 10*time.Millisecond)}, Req: "r15", ID: true},
+		allowOp{Lim: 3, Who: "b", Cost: 1, Req: "r16"},
+		allowOp{Lim: 3, Who: "a", Cost: 208, Req: "r17", ID: true},
+		advanceOp{D: 500 * time.Millisecond},
+		migrateOp{Who: "a", StringsFirst: true, Pause: 50 * time.Millisecond},
+		allowOp{Lim: 2, Who: "c", Cost: 1, Req: "r20"},
+		allowOp{Lim: 3, Who: "b", Peek: true, Req: "r21"},
+		refundOp{Of: "r15", Via: 2},
+	})
+}

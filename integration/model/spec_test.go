@@ -1059,6 +1059,10 @@ type settleAct struct {
 	lease   leaseAct
 	now     int64 // µs, test clock: a renewal's now
 	renewTo int64
+	// ra and rb bound, on the wall clock, when the settle script ran: a
+	// renewal makes the log live a lease from then (settle.lua: PEXPIRE
+	// to the lease's ms and one more, unless it lives longer already).
+	ra, rb time.Time
 }
 
 type leaseAct int
@@ -1249,6 +1253,7 @@ func (f *flog) settle(a settleAct) int {
 		return 0
 	}
 	f.leases[i].end = a.renewTo
+	f.lives(expiryOf(a.ra, a.rb, inflightLife(a.renewTo-a.now)))
 	return 1
 }
 
