@@ -63,7 +63,10 @@ func (l *Limiter) Wait(ctx context.Context, identity string) (Result, error) {
 // admission is returned together with its error wrapping ErrUnavailable;
 // a Fallback denial (FailClosed, or FailLocal's share used up) is waited
 // out like any other, for its RetryAfter. A Fallback admission does not
-// read the block: Redis has just failed.
+// read the block: Redis has just failed. A FailLocal admission made for a
+// caller that left, and taken by no other waiter, stays in the process's
+// local count until its window passes, as a Refund of a Fallback does
+// nothing: it errs toward denying.
 //
 // The admission is recorded at the moment Redis decides, and the request
 // reaches its destination later. Where the other side counts arrivals in

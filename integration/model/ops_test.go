@@ -1012,6 +1012,11 @@ func (h *harness) settleWait(c allowOp, res slidelimit.Result, err error, now in
 			h.judge(c, h.callOf(c, limits, now, a, b), res, res)
 			return
 		}
+		if !errors.Is(err, slidelimit.ErrWouldExceedDeadline) && h.specs[c.Lim].Policy == slidelimit.FailLocal {
+			// The queue may have fallen back for it after it left, and
+			// FailLocal kept that admission (WaitN).
+			h.local[c.Lim].mayRecord(h.callOf(c, limits, now, a, b.Add(maybeRunSlack)))
+		}
 		if !errors.Is(err, slidelimit.ErrWouldExceedDeadline) {
 			// The context ended while the queue waited for Redis: "having
 			// recorded nothing for this caller (a decision Redis was making

@@ -683,3 +683,54 @@ func TestReplayARefundIsBoundedByItsOwnLimitersTimeout(t *testing.T) {
 		refundOp{Of: "r15", Via: 2},
 	})
 }
+
+// TestReplayAWaiterThatLeftMayKeepAFailLocalAdmission is the checker's
+// sequence (seed 12902777) in which a Wait under FailLocal gives up after
+// 50 ms while Redis is down: the queue falls back for it after it left, no
+// other waiter takes the admission, and the process's local count keeps it
+// (a Refund of a Fallback does nothing), so a later call is denied. WaitN
+// now says so, and the model holds such an admission as one that may count.
+func TestReplayAWaiterThatLeftMayKeepAFailLocalAdmission(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 1, Limits: plan{slidelimit.Per(2000, time.Minute), slidelimit.Per(3, time.Second), slidelimit.Per(100, time.Hour)}, Timeout: 100 * time.Millisecond, Policy: slidelimit.FailClosed},
+		{Process: 1, Limits: plan{slidelimit.Per(5, 10*time.Second)}, Timeout: 2 * time.Second, Policy: slidelimit.FailClosed, DenyCache: true, Shadow: true},
+		{Process: 0, Limits: plan{slidelimit.Per(5, 10*time.Second)}, Timeout: 2 * time.Second, Policy: slidelimit.FailLocal, Replicas: 2, DenyCache: true},
+	}, []op{
+		blockedOp{Lim: 0, Who: "b"},
+		allowOp{Lim: 2, Who: "b", Cost: 1, Req: "r2"},
+		advanceOp{D: 10 * time.Millisecond},
+		allowOp{Lim: 1, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(20, time.Minute)}, Req: "r4", ID: true},
+		allowOp{Lim: 2, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(100000, 24*time.Hour), slidelimit.Per(3, time.Second)}, Req: "r5", ID: true},
+		allowOp{Lim: 1, Who: "b", Cost: 1, Req: "r6", ID: true},
+		downOp{},
+		allowOp{Lim: 1, Who: "b", Cost: 1, Req: "r8", ID: true},
+		allowOp{Lim: 1, Who: "c", Cost: 1, Plan: plan{slidelimit.Per(1, time.Second), slidelimit.Per(3, time.Second), slidelimit.InFlight(1, 10*time.Second)}, Req: "r9"},
+		allowOp{Lim: 2, Who: "c", Cost: 1, Plan: plan{slidelimit.Per(1, time.Second)}, Req: "r10", ID: true},
+		burstOp{Lim: 0, Who: "b", Cost: 1, Plan: nil, N: 19, Req: "r11", ID: true},
+		allowOp{Lim: 1, Who: "a", Cost: 1, Req: "r12"},
+		allowOp{Lim: 0, Who: "b", Cost: 1, Plan: plan{slidelimit.Per(5, 10*time.Second)}, Req: "r13", ID: true},
+		waitOp{Lim: 2, Who: "c", Cost: 1, Req: "r14", ID: false, D: 50 * time.Millisecond},
+		refundOp{Of: "r8", Via: 1},
+		allowOp{Lim: 1, Who: "c", Cost: 1, Tree: []slidelimit.Level{{Identity: "", Limits: plan{slidelimit.Per(1, time.Second).Shadowed().Named("l0.0"), slidelimit.Per(600, time.Minute).Named("l0.1")}}, {Identity: "team", Limits: plan{slidelimit.Per(200, time.Minute).Stepped(time.Second).Named("l1.0"), slidelimit.Per(100000, 24*time.Hour).Named("l1.1"), slidelimit.Per(600, time.Minute).Named("l1.2")}}}, Req: "r16", ID: true},
+		waitRaceOp{Lim: 2, Who: "a", Cost: 1, Req: "r17", ID: true, Cancel: 30 * time.Millisecond, Others: 1, Pause: 200 * time.Millisecond},
+		allowOp{Lim: 0, Who: "a", Cost: 3, Req: "r18"},
+		allowOp{Lim: 2, Who: "a", Cost: 1, Tree: []slidelimit.Level{{Identity: "", Limits: plan{slidelimit.Per(100, 10*time.Millisecond).Named("l0.0")}}, {Identity: "team", Limits: plan{slidelimit.Per(1000, time.Second).Named("l1.0")}}, {Identity: "key", Limits: plan{slidelimit.Per(1000, time.Second).ForRequests().Named("l2.0")}}}, Req: "r19"},
+		burstOp{Lim: 2, Who: "b", Cost: 1, Plan: nil, N: 142, Req: "r20", ID: true},
+		advanceOp{D: 10 * time.Second},
+		allowOp{Lim: 1, Who: "c", Cost: 1, Req: "r22", ID: true},
+		resetOp{Lim: 1, Who: "b"},
+		allowOp{Lim: 2, Who: "b", Cost: 2, Req: "r24"},
+		allowOp{Lim: 1, Who: "c", Cost: 1, Req: "r25", ID: true},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(10, time.Minute).Shadowed(), slidelimit.Per(2000, time.Minute)}, Req: "r26"},
+		allowOp{Lim: 2, Who: "b", Cost: 1, Plan: plan{slidelimit.Per(20, time.Minute), slidelimit.Per(200, time.Minute).Stepped(time.Second), slidelimit.Per(10, time.Minute)}, Req: "r27", ID: true},
+		allowOp{Lim: 1, Who: "b", Cost: 1, Req: "r28", ID: true},
+		settleOp{Of: "r20.141", Via: 2, Kind: "refund", Cost: 0, Twice: false},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Plan: plan{slidelimit.Per(5, 10*time.Second), slidelimit.Per(300, time.Hour).Stepped(time.Minute), slidelimit.InFlight(1, 10*time.Second)}, Req: "r30", ID: true},
+		allowOp{Lim: 2, Who: "c", Cost: 1, Req: "r31", ID: true},
+		allowOp{Lim: 1, Who: "c", Cost: 1, Tree: []slidelimit.Level{{Identity: "", Limits: plan{slidelimit.Per(10, time.Minute).Named("l0.0"), slidelimit.Per(5, 10*time.Second).Stepped(time.Second).Named("l0.1")}}, {Identity: "team", Limits: plan{slidelimit.Per(1000, 24*time.Hour).ForRequests().Named("l1.0")}}}, Req: "r32", ID: true},
+		allowOp{Lim: 2, Who: "c", Cost: 1, Plan: plan{slidelimit.Per(1, time.Second), slidelimit.Per(20, time.Minute), slidelimit.Per(5, 10*time.Second).Stepped(time.Second)}, Req: "r33", ID: true},
+		allowOp{Lim: 2, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(10, time.Minute), slidelimit.Per(100000, 24*time.Hour), slidelimit.Per(1000, 24*time.Hour).Shadowed()}, Req: "r34"},
+		allowOp{Lim: 0, Who: "b", Cost: 1, Plan: plan{slidelimit.Per(20, time.Minute).ForRequests()}, Req: "r35", ID: true},
+		allowOp{Lim: 2, Who: "c", Cost: 1, Req: "r36"},
+	})
+}

@@ -1523,6 +1523,7 @@ type localModel struct {
 type localEntry struct {
 	lo, hi time.Time
 	units  int
+	maybe  bool // an admission FailLocal may have kept: it counts toward hi only
 }
 
 // localLease is a place in flight FailLocal gave the request of handle
@@ -1577,7 +1578,7 @@ func (lm *localModel) judge(res slidelimit.Result, cl call, peek bool) string {
 			}
 		} else {
 			for _, e := range lm.logs[name] {
-				if e.lo.After(b.Add(-l.Window)) {
+				if !e.maybe && e.lo.After(b.Add(-l.Window)) {
 					lo += e.units
 				}
 				if e.hi.After(a.Add(-l.Window)) {
@@ -1611,11 +1612,21 @@ func (lm *localModel) judge(res slidelimit.Result, cl call, peek bool) string {
 // record notes an admission FailLocal made of cl: in each log its
 // limits count, its cost (1 in a log of requests), and a place in flight
 // per in-flight limit.
-func (lm *localModel) record(cl call) {
+func (lm *localModel) record(cl call) { lm.recordAs(cl, false) }
+
+// mayRecord notes an admission FailLocal may have made of cl and kept:
+// "A FailLocal admission made for a caller that left, and taken by no
+// other waiter, stays in the process's local count" (WaitN).
+func (lm *localModel) mayRecord(cl call) { lm.recordAs(cl, true) }
+
+func (lm *localModel) recordAs(cl call, maybe bool) {
 	done := map[string]bool{}
 	for i, l := range cl.limits {
 		name := localName(cl, i)
 		if l.InFlight {
+			if maybe {
+				continue // a waiter holds no place in flight: Wait decides by the limiter's own limits
+			}
 			lm.leases[name] = append(lm.leases[name], localLease{req: cl.req, lo: cl.ra.Add(l.Window), hi: cl.rb.Add(l.Window)})
 			continue
 		}
@@ -1627,7 +1638,7 @@ func (lm *localModel) record(cl call) {
 		if l.Requests {
 			units = 1
 		}
-		lm.logs[name] = append(lm.logs[name], localEntry{cl.ra, cl.rb, units})
+		lm.logs[name] = append(lm.logs[name], localEntry{lo: cl.ra, hi: cl.rb, units: units, maybe: maybe})
 	}
 }
 
