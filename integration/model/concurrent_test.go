@@ -169,10 +169,21 @@ func (o refundPeekOp) run(h *harness) {
 	if !r.Allowed || r.Fallback || r.Shadow || r.Cached || len(r.Statuses) == 0 {
 		return
 	}
+	// Its units are recorded when the first call with its id that reached
+	// Redis was decided, which may be a call that fell back while its
+	// command ran anyway (a stall past its timeout): a retry of it is then
+	// answered as admitted, from that first call's admission.
 	var admitted *record
+	since := time.Time{}
 	for _, x := range h.hist.records {
-		if x.c.Req == o.Of && x.admitted() && (admitted == nil || x.a.Before(admitted.a)) {
+		if x.c.Req != o.Of {
+			continue
+		}
+		if x.admitted() && (admitted == nil || x.a.Before(admitted.a)) {
 			admitted = x
+		}
+		if since.IsZero() || x.a.Before(since) {
+			since = x.a
 		}
 	}
 	if admitted == nil {
@@ -194,13 +205,13 @@ func (o refundPeekOp) run(h *harness) {
 	for i, l := range limits {
 		b, a := before.Statuses[i].Remaining, after.Statuses[i].Remaining
 		step := l.Resolution().Microseconds()
-		counts := inWindow(admitted.a.UnixMicro(), end.UnixMicro(), l.Window.Microseconds(), step)
+		counts := inWindow(since.UnixMicro(), end.UnixMicro(), l.Window.Microseconds(), step)
 		if step != 0 {
 			// Within the last 128 admissions at its step: fewer than
 			// that may have come after it.
 			later := 0
 			for _, x := range h.hist.records {
-				if x.admitted() && !x.b.Before(admitted.a) && x != admitted && slices.ContainsFunc(x.limits, func(y slidelimit.Limit) bool { return y.Resolution() == l.Resolution() }) {
+				if x.admitted() && !x.b.Before(since) && x != admitted && slices.ContainsFunc(x.limits, func(y slidelimit.Limit) bool { return y.Resolution() == l.Resolution() }) {
 					later++
 				}
 			}
@@ -209,7 +220,7 @@ func (o refundPeekOp) run(h *harness) {
 		// Remaining is the quota less the count only while it is above 0.
 		if counts && b > 0 && b+cost <= l.Quota && a-b < cost {
 			h.fail(kindRefund, "%s: refunding %s (cost %d, admitted %v ago) gave back %d units of %v (remaining %d before, %d after), want %d",
-				o, o.Of, cost, end.Sub(admitted.a).Round(time.Millisecond), a-b, l, b, a, cost)
+				o, o.Of, cost, end.Sub(since).Round(time.Millisecond), a-b, l, b, a, cost)
 			return
 		}
 	}
@@ -261,6 +272,7 @@ func (hi *history) judgeHistory() {
 			first[r.c.Req] = r
 		}
 	}
+	since := map[string]time.Time{} // when each admission may date from
 	for req, r := range first {
 		// An earlier attempt of the same id (one that timed out, say) may
 		// be the one Redis recorded: the admission may date from it.
@@ -270,6 +282,7 @@ func (hi *history) judgeHistory() {
 				x.a = o.a
 			}
 		}
+		since[req] = x.a
 		adm = append(adm, &x)
 	}
 	slices.SortFunc(adm, func(x, y *record) int { return x.a.Compare(y.a) })
@@ -313,7 +326,7 @@ func (hi *history) judgeHistory() {
 		if !kept {
 			continue
 		}
-		if r.b.Before(f.a.Add(w)) && !r.res.Allowed {
+		if r.b.Before(since[r.c.Req].Add(w)) && !r.res.Allowed {
 			h.fail(kind, "%s: a retry %v after its id was admitted (%s) was denied: %s",
 				r.c, r.a.Sub(f.b).Round(time.Millisecond), f.c, resultString(r.res))
 			return

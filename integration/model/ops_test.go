@@ -1059,9 +1059,31 @@ func (h *harness) settleWait(c allowOp, res slidelimit.Result, err error, now in
 	}
 }
 
+// answeredAfter reports whether a waiter of results was answered by its
+// queue's runner (admitted, refused, or told it could not be admitted in
+// time), not by its own context ending: the runner had then ended every
+// decision it began for the waiters before it.
+func answeredAfter(results []waitResult) bool {
+	for _, g := range results {
+		if g.err == nil || errors.Is(g.err, slidelimit.ErrWouldExceedDeadline) {
+			return true
+		}
+	}
+	return false
+}
+
 // blockMay reports whether a Block of im may be in force at wall time t.
 func (h *harness) blockMay(im *identityModel, t time.Time) bool {
 	return !im.blockHi.IsZero() && t.Before(im.blockHi.Add(time.Millisecond))
+}
+
+// waitResult is what one waiter of a waitRaceOp was told, and when it
+// asked (a) and was answered (b).
+type waitResult struct {
+	c    allowOp
+	res  slidelimit.Result
+	err  error
+	a, b time.Time
 }
 
 // waitRaceOp is a queue of waiters on one limiter and identity, the head
@@ -1092,13 +1114,7 @@ func (o waitRaceOp) run(h *harness) {
 	if !h.up {
 		return
 	}
-	type got struct {
-		c    allowOp
-		res  slidelimit.Result
-		err  error
-		a, b time.Time
-	}
-	results := make([]got, 1+o.Others)
+	results := make([]waitResult, 1+o.Others)
 	if o.Pause > 0 {
 		// A decision made for a waiter that left is handed on or refunded
 		// when Redis answers, after the pause: give the queue that long.
@@ -1122,7 +1138,7 @@ func (o waitRaceOp) run(h *harness) {
 			defer cancel()
 			a := time.Now()
 			res, err := h.lims[o.Lim].WaitN(ctx, o.Who, o.Cost)
-			results[i] = got{c: c, res: res, err: err, a: a, b: time.Now()}
+			results[i] = waitResult{c: c, res: res, err: err, a: a, b: time.Now()}
 		}()
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -1138,7 +1154,7 @@ func (o waitRaceOp) run(h *harness) {
 	limits := h.specs[o.Lim].Limits
 	im.use(limits)
 	admitted := 0
-	var fellBack []got
+	var fellBack []waitResult
 	for _, g := range results {
 		h.calls[g.c.Req] = &callRec{call: g.c, res: g.res}
 		if g.c.ID && !slices.Contains(h.order, g.c.Req) {
@@ -1166,11 +1182,22 @@ func (o waitRaceOp) run(h *harness) {
 		}
 		return c
 	}
-	headOwn := o.Pause > 0 && o.ID && !headAdmitted
+	// The head left while the queue's runner may have been deciding for
+	// it: Redis stalled (Pause), or slow, as a Cluster just resharded or a
+	// loaded host is.
+	headLeft := errors.Is(results[0].err, context.Canceled)
+	if headLeft && !answeredAfter(results[1:]) {
+		// No waiter behind it was answered by the runner, so nothing shows
+		// that its decision for the head has ended: it may run for the
+		// limiter's timeout.
+		h.mayRunUntil(results[0].a.Add(h.specs[o.Lim].Timeout + maybeRunSlack))
+	}
+	headOwn := o.ID && !headAdmitted && (o.Pause > 0 || headLeft)
 	if headOwn {
 		// WaitN: an admission Redis made for the head that left "stays
 		// recorded under its id, for it is its own": decided before the
-		// waiters behind it were.
+		// waiters behind it were, for the runner decides for one waiter
+		// at a time, in order.
 		head := callFor(len(results))
 		head.id, head.anon, head.req = idOf(o.Req), false, o.Req
 		im.maybe(func(s *state) []*state { return run(s, head) })
