@@ -217,6 +217,12 @@ func (ln *lane) send(ctx context.Context, batch []*call) {
 			}
 			cmds[i] = redis.NewCmd(ctx, args...)
 			cmds[i].SetFirstKeyPos(3)
+		}
+		for _, i := range clusterOrder(batch) {
+			if i < 0 {
+				_ = pipe.Process(ctx, redis.NewIntCmd(ctx, "pttl", batch[0].cmd.FirstKey()))
+				continue
+			}
 			_ = pipe.Process(ctx, cmds[i])
 		}
 		_, err := pipe.Exec(ctx)
@@ -229,6 +235,37 @@ func (ln *lane) send(ctx context.Context, batch []*call) {
 			}
 		}
 	}
+}
+
+// clusterOrder returns the order in which batch's calls go into a Cluster
+// pipeline, as indexes of batch, with -1 for a command of one key put
+// first whose reply is not read.
+//
+// go-redis's cluster pipeline (v9.5.5 to v9.23.0 at least) sends every
+// command of a node's part of a pipeline again when the node answers the
+// first of them TRYAGAIN (or another error it retries), those it is
+// already following to another node for an ASK or a MOVED included: one
+// command then runs on two nodes at once, from two goroutines that both
+// write its reply, a data race. During a slot's migration a script of
+// several keys may be answered TRYAGAIN while another is answered ASK, so
+// the first command is one no node answers TRYAGAIN, which needs several
+// keys: a call of one key, or else a PTTL of the first call's first key.
+func clusterOrder(batch []*call) []int {
+	order := make([]int, 0, len(batch)+1)
+	first := -1
+	for i, c := range batch {
+		if c.cmd.NKeys() == 1 {
+			first = i
+			break
+		}
+	}
+	order = append(order, first)
+	for i := range batch {
+		if i != first {
+			order = append(order, i)
+		}
+	}
+	return order
 }
 
 // tryAgainWithin reports whether c, answered TRYAGAIN at now (UnixNano) by

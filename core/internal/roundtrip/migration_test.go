@@ -2,8 +2,11 @@ package roundtrip
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/slidelimit/slidelimit/core/internal/script"
 )
 
 func TestHashTag(t *testing.T) {
@@ -55,5 +58,28 @@ func TestMigrationsForgetADecidedTag(t *testing.T) {
 	m.tryAgain(call("{late}"), now+int64(migratingFor))
 	if !m.migrating(call("{late}"), now+int64(migratingFor)) || len(m.tags) != 1 {
 		t.Errorf("a new tag once the others expired: migrating %v, %d remembered; want true, 1", m.migrating(call("{late}"), now+int64(migratingFor)), len(m.tags))
+	}
+}
+
+// TestClusterPipelinesStartWithOneKey: a Cluster pipeline's first command
+// names one key, so that no node answers it TRYAGAIN (see clusterOrder):
+// the batch's first call of one key, or a PTTL put before the calls.
+func TestClusterPipelinesStartWithOneKey(t *testing.T) {
+	two := func(key string) *call {
+		return &call{cmd: append(script.NewCommand(2, 1), key, key+":#60000000", 1)}
+	}
+	one := func(key string) *call { return &call{cmd: command(key)} }
+	for _, tc := range []struct {
+		name  string
+		batch []*call
+		want  []int
+	}{
+		{"one key first", []*call{one("{a}"), two("{b}"), one("{c}")}, []int{0, 1, 2}},
+		{"one key later", []*call{two("{a}"), two("{b}"), one("{c}"), one("{d}")}, []int{2, 0, 1, 3}},
+		{"no call of one key", []*call{two("{a}"), two("{b}")}, []int{-1, 0, 1}},
+	} {
+		if got := clusterOrder(tc.batch); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: clusterOrder = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
