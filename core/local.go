@@ -2,21 +2,28 @@ package slidelimit
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 	"time"
 )
 
-// localSlots is how many entries an identity's local log keeps per
-// longest window: admissions closer together than that window's
-// localSlots-th share one entry, stamped with the latest of them, so that
-// the log's memory does not grow with the quota.
+// localSlots is how many entries a local log keeps per window: admissions
+// closer together than its window's localSlots-th share one entry, stamped
+// with the latest of them, so that the log's memory does not grow with the
+// quota, and a limit counts them at most a localSlots-th of its window
+// longer than they count.
 const localSlots = 64
 
+// localWindows is how many windows an identity keeps a local log of: the
+// windows counted on it most lately.
+const localWindows = 8
+
 // localLimits is FailLocal's in-process log: per identity, the admissions
-// of the last longest window any call counted on it, which every call's
-// own limits count against their shares, floor(quota / replicas), and the
-// requests it holds in flight. It remembers at most capacity identities,
-// forgetting the least recently seen first. It is safe for concurrent use.
+// of the last window of each window any call counted on it lately, which
+// every call's own limits count against their shares, floor(quota /
+// replicas), and the requests it holds in flight. It remembers at most
+// capacity identities, forgetting the least recently seen first. It is
+// safe for concurrent use.
 type localLimits struct {
 	replicas int
 	capacity int
@@ -26,12 +33,20 @@ type localLimits struct {
 	ids map[string]*list.Element // identity → element of lru
 }
 
-// localEntry is one identity's log.
+// localEntry is one identity's logs.
 type localEntry struct {
 	identity string
-	longest  time.Duration // the longest window counted on it lately
-	units    []localUnit   // oldest first
-	leases   []localLease  // in flight
+	logs     []*localLog  // one per window, most recently counted first
+	leases   []localLease // in flight
+}
+
+// localLog is the admissions of one window's length, each window keeping
+// its own: admissions are coalesced at a localSlots-th of the window, so
+// that a short window beside a long one is counted at its own resolution,
+// not the long one's.
+type localLog struct {
+	window time.Duration
+	units  []localUnit // oldest first
 }
 
 // localUnit is the admissions of one stretch of time: their cost and
@@ -83,9 +98,10 @@ func (l *localLimits) decide(ids, names []string, n int, id string, set *limitSe
 		}
 		return entries[set.levels[i]]
 	}
+	logs := make([]*localLog, len(set.limits))
 	for i, lim := range set.limits {
-		if e := level(i); !lim.InFlight {
-			e.longest = max(e.longest, lim.Window)
+		if !lim.InFlight {
+			logs[i] = level(i).log(lim.Window)
 		}
 	}
 	for _, e := range entries {
@@ -102,10 +118,8 @@ func (l *localLimits) decide(ids, names []string, n int, id string, set *limitSe
 			if lim.Requests {
 				need = 1
 			}
-			for _, u := range e.units {
-				if u.at.After(now.Add(-lim.Window)) {
-					counts[i] += u.counted(lim)
-				}
+			for _, u := range logs[i].units {
+				counts[i] += u.counted(lim)
 			}
 		}
 		if counts[i]+need > l.share(lim) && !lim.Shadow {
@@ -157,7 +171,7 @@ func (l *localLimits) decide(ids, names []string, n int, id string, set *limitSe
 	res.Statuses = make([]Status, len(set.limits))
 	decider := -1
 	for i, lim := range set.limits {
-		s := l.status(level(i), lim, counts[i], n, allowed, now)
+		s := l.status(level(i), logs[i], lim, counts[i], n, allowed, now)
 		if names != nil {
 			s.Level = names[set.levels[i]]
 		}
@@ -183,9 +197,9 @@ func (l *localLimits) decide(ids, names []string, n int, id string, set *limitSe
 	return res
 }
 
-// status returns the Status of lim, counting count on e after a decision
-// of cost n.
-func (l *localLimits) status(e *localEntry, lim Limit, count, n int, allowed bool, now time.Time) Status {
+// status returns the Status of lim, counting count on e (in log, unless
+// lim is an in-flight limit) after a decision of cost n.
+func (l *localLimits) status(e *localEntry, log *localLog, lim Limit, count, n int, allowed bool, now time.Time) Status {
 	share := l.share(lim)
 	s := Status{Limit: lim, Remaining: max(share-count, 0)}
 	if lim.InFlight {
@@ -203,29 +217,65 @@ func (l *localLimits) status(e *localEntry, lim Limit, count, n int, allowed boo
 	if !allowed && count+n > share {
 		s.RetryAfter = lim.Window // a cost above the share never fits: come back after a window
 		free := count + n - share
-		for _, u := range e.units {
-			if !u.at.After(now.Add(-lim.Window)) {
-				continue
-			}
+		for _, u := range log.units {
 			if free -= u.counted(lim); free <= 0 {
 				s.RetryAfter = max(u.at.Add(lim.Window).Sub(now), time.Millisecond)
 				break
 			}
 		}
 	}
-	if last := len(e.units) - 1; last >= 0 && count > 0 {
-		s.ResetAfter = max(e.units[last].at.Add(lim.Window).Sub(now), 0)
+	if last := len(log.units) - 1; last >= 0 && count > 0 {
+		s.ResetAfter = max(log.units[last].at.Add(lim.Window).Sub(now), 0)
 	}
 	return s
 }
 
-// evict drops what left e's longest window, and its ended leases.
-func (e *localEntry) evict(now time.Time) {
-	k := 0
-	for k < len(e.units) && !e.units[k].at.After(now.Add(-e.longest)) {
-		k++
+// log returns e's log of window, making it the most recently counted. A
+// window not counted lately starts with the admissions of the log of the
+// shortest window at least as long (stamped no earlier than they came, so
+// counted no shorter), or else of the longest, as Redis's log holds what
+// the longest window counted on it kept; beyond localWindows windows, the
+// least recently counted is forgotten.
+func (e *localEntry) log(window time.Duration) *localLog {
+	for i, lg := range e.logs {
+		if lg.window == window {
+			copy(e.logs[1:i+1], e.logs[:i])
+			e.logs[0] = lg
+			return lg
+		}
 	}
-	e.units = e.units[k:]
+	var from *localLog
+	for _, o := range e.logs {
+		switch {
+		case o.window >= window:
+			if from == nil || from.window < window || o.window < from.window {
+				from = o // the shortest at least as long
+			}
+		case from == nil || from.window < window && o.window > from.window:
+			from = o // else the longest
+		}
+	}
+	lg := &localLog{window: window}
+	if from != nil {
+		lg.units = slices.Clone(from.units)
+	}
+	e.logs = slices.Insert(e.logs, 0, lg)
+	if len(e.logs) > localWindows {
+		e.logs = e.logs[:localWindows]
+	}
+	return lg
+}
+
+// evict drops from each of e's logs what left its window, and e's ended
+// leases.
+func (e *localEntry) evict(now time.Time) {
+	for _, lg := range e.logs {
+		k := 0
+		for k < len(lg.units) && !lg.units[k].at.After(now.Add(-lg.window)) {
+			k++
+		}
+		lg.units = lg.units[k:]
+	}
 	held := e.leases[:0]
 	for _, ls := range e.leases {
 		if ls.until.After(now) {
@@ -236,19 +286,22 @@ func (e *localEntry) evict(now time.Time) {
 }
 
 // record adds an admission of cost n (0 when the call counts no units
-// on e) at now to e, and counts it as a request if requests.
+// on e) at now to each of e's logs, and counts it as a request if
+// requests.
 func (e *localEntry) record(n int, requests bool, now time.Time) {
 	r := 0
 	if requests {
 		r = 1
 	}
-	slot := e.longest / localSlots
-	if last := len(e.units) - 1; last >= 0 && now.Sub(e.units[last].first) < slot {
-		e.units[last].at, e.units[last].cost = now, e.units[last].cost+n
-		e.units[last].requests += r
-		return
+	for _, lg := range e.logs {
+		slot := lg.window / localSlots
+		if last := len(lg.units) - 1; last >= 0 && now.Sub(lg.units[last].first) < slot {
+			lg.units[last].at, lg.units[last].cost = now, lg.units[last].cost+n
+			lg.units[last].requests += r
+			continue
+		}
+		lg.units = append(lg.units, localUnit{first: now, at: now, cost: n, requests: r})
 	}
-	e.units = append(e.units, localUnit{first: now, at: now, cost: n, requests: r})
 }
 
 // release gives back the places in flight that the request id holds on

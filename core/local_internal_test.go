@@ -79,7 +79,7 @@ func TestLocalLimitsKeepFewEntries(t *testing.T) {
 		}
 	}
 	e := l.entry("d")
-	if n := len(e.units); n > localSlots+1 {
+	if n := len(e.logs[0].units); n > localSlots+1 {
 		t.Fatalf("the log holds %d entries for 10,000 admissions, want at most %d", n, localSlots+1)
 	}
 	res := l.decide([]string{"d"}, nil, 1, "", day, now.Add(10_000*time.Second))
@@ -136,5 +136,35 @@ func TestLocalUnitsCountOnlyCallsThatCountThem(t *testing.T) {
 	// The requests' share (5/3 = 1) still holds the first call.
 	if res := l.decide([]string{"a"}, nil, 1, newRequestID(), perRequest, now); res.Allowed {
 		t.Fatalf("second call under a limit of requests = %+v, want denied", res)
+	}
+}
+
+// TestLocalShortWindowBesideALongOne: under FailLocal a plan's short
+// window counts at its own resolution, not its long window's. The local
+// log coalesced admissions at a 64th of the longest window (22.5 minutes
+// beside a day), so three calls spread over 0.8 s counted as one second's
+// three for 22.5 minutes, and a 3/s limit denied within its share (the
+// model checker's seed 9261546).
+func TestLocalShortWindowBesideALongOne(t *testing.T) {
+	l := newLocalLimits(1, 10)
+	plan := mustSet(t, Per(3, time.Second), Per(1000, 24*time.Hour))
+	now := time.Now()
+	for i := range 3 {
+		if res := l.decide([]string{"t"}, nil, 1, newRequestID(), plan, now.Add(time.Duration(i)*400*time.Millisecond)); !res.Allowed {
+			t.Fatalf("call %d = %+v, want admitted", i, res)
+		}
+	}
+	// At 1.2 s the last second holds the calls of 0.4 s and 0.8 s.
+	res := l.decide([]string{"t"}, nil, 1, newRequestID(), plan, now.Add(1200*time.Millisecond))
+	if !res.Allowed {
+		t.Fatalf("a call 1.2 s after the first of three 0.4 s apart under %v = %+v, want admitted", plan.limits, res)
+	}
+	if got := res.Statuses[1].Remaining; got != 996 {
+		t.Errorf("the day's remaining = %d, want 996", got)
+	}
+	// A window first counted now starts from what the longest log holds.
+	week := mustSet(t, Per(10, 7*24*time.Hour))
+	if res := l.decide([]string{"t"}, nil, 1, "", week, now.Add(1300*time.Millisecond)); res.Remaining != 6 {
+		t.Errorf("a peek under %v after 4 admissions = %+v, want 6 remaining", week.limits, res)
 	}
 }

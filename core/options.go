@@ -28,7 +28,13 @@ const (
 	// exactness: the processes no longer see each other's requests, requests
 	// admitted just before the failure are not counted, and an uneven spread
 	// of one client's requests over the processes admits less than the
-	// quota. Its memory is bounded by WithLocalCapacity.
+	// quota. Each window of an identity's limits keeps a log of its own,
+	// admissions less than a 64th of the window apart sharing one entry, so
+	// that a limit counts an admission at most a 64th of its window longer
+	// than it was made (a window not counted on the identity before starts
+	// from the log of a longer one, at that one's resolution). Its memory
+	// is bounded by WithLocalCapacity: at most 64 entries per window, and
+	// the 8 windows counted most lately, per identity.
 	FailLocal
 )
 

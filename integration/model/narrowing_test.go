@@ -152,6 +152,15 @@ func resetForgets(own []slidelimit.Limit, step int64) bool {
 // model holds the limiter to.
 func localShare(quota, replicas int) int { return quota / replicas }
 
+// localLogSlots is how finely FailLocal's log counts a window: it keeps a
+// log per window, with admissions less than a 64th of the window apart in
+// one entry stamped with the latest of them (core's localSlots), so that
+// its memory does not grow with the quota. A limit may so count an
+// admission up to a 64th of its window longer than it was made, and a
+// window first counted after others starts from the log of one of them,
+// at that log's resolution (localModel.slack).
+const localLogSlots = 64
+
 // The bounds on an identity's keys (issue 29: "every key of an identity
 // stays within a bound stated per limit set").
 

@@ -734,3 +734,24 @@ func TestReplayAWaiterThatLeftMayKeepAFailLocalAdmission(t *testing.T) {
 		allowOp{Lim: 2, Who: "c", Cost: 1, Req: "r36"},
 	})
 }
+
+// TestReplayFailLocalCountsAShortWindowAtItsOwnResolution is the checker's
+// seed 9261546, cut by hand to what it needs: under FailLocal a plan of
+// 3/s beside 1,000/day. FailLocal's log coalesced admissions at a 64th of
+// the longest window, 22.5 minutes beside a day, so the admissions of 0 s
+// and 0.6 s counted in the second that ends at 1.2 s, and the third call
+// of that second was denied within its share. Each window now keeps a log
+// of its own, at a 64th of itself.
+func TestReplayFailLocalCountsAShortWindowAtItsOwnResolution(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 1, Limits: plan{slidelimit.Per(3, time.Second), slidelimit.Per(1000, 24*time.Hour), slidelimit.Per(10, time.Minute)}, Timeout: 2 * time.Second, Policy: slidelimit.FailLocal},
+	}, []op{
+		downOp{},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Req: "r1", ID: true},
+		sleepOp{D: 600 * time.Millisecond},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Req: "r2", ID: true},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Req: "r3", ID: true},
+		sleepOp{D: 650 * time.Millisecond},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Req: "r4", ID: true},
+	})
+}

@@ -1518,6 +1518,53 @@ type localModel struct {
 	replicas int
 	logs     map[string][]localEntry
 	leases   map[string][]localLease
+	windows  map[string]*localWindows // per level's identity (a log's name less "#req")
+}
+
+// localWindows is what windows FailLocal's decisions counted on one
+// level's identity: those every decision counted, and the longest any did.
+// FailLocal keeps a log per window, coalescing admissions at a 64th of it
+// and stamping them with the latest, so a limit counts an admission up to
+// a 64th of its window longer than it was made; a log of a window not
+// counted from the first decision on starts from the log of another window
+// as long or longer, at that log's coarser resolution (narrowing_test.go).
+type localWindows struct {
+	always  []time.Duration
+	longest time.Duration
+}
+
+// note records that a FailLocal decision on the identity behind name
+// counted the windows of limits.
+func (lm *localModel) note(name string, limits []slidelimit.Limit) {
+	var ws []time.Duration
+	for _, l := range limits {
+		if !l.InFlight {
+			ws = append(ws, l.Window)
+		}
+	}
+	key := strings.TrimSuffix(name, "#req")
+	if lm.windows == nil {
+		lm.windows = map[string]*localWindows{}
+	}
+	w := lm.windows[key]
+	if w == nil {
+		w = &localWindows{always: ws}
+		lm.windows[key] = w
+	}
+	w.always = slices.DeleteFunc(w.always, func(x time.Duration) bool { return !slices.Contains(ws, x) })
+	for _, x := range ws {
+		w.longest = max(w.longest, x)
+	}
+}
+
+// slack is how much longer than its window a limit of window may count an
+// admission FailLocal made on the identity behind name.
+func (lm *localModel) slack(name string, window time.Duration) time.Duration {
+	w := lm.windows[strings.TrimSuffix(name, "#req")]
+	if w == nil || slices.Contains(w.always, window) {
+		return window / localLogSlots
+	}
+	return max(window, w.longest) / localLogSlots
 }
 
 type localEntry struct {
@@ -1560,6 +1607,9 @@ func (lm *localModel) judge(res slidelimit.Result, cl call, peek bool) string {
 	a, b := cl.ra, cl.rb
 	canAdmit, canDeny := true, false
 	var detail []string
+	for i := range cl.limits {
+		lm.note(localName(cl, i), cl.limits)
+	}
 	for i, l := range cl.limits {
 		share := localShare(l.Quota, lm.replicas)
 		name := localName(cl, i)
@@ -1581,7 +1631,7 @@ func (lm *localModel) judge(res slidelimit.Result, cl call, peek bool) string {
 				if !e.maybe && e.lo.After(b.Add(-l.Window)) {
 					lo += e.units
 				}
-				if e.hi.After(a.Add(-l.Window)) {
+				if e.hi.Add(lm.slack(name, l.Window)).After(a.Add(-l.Window)) {
 					hi += e.units
 				}
 			}
