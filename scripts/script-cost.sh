@@ -6,7 +6,8 @@
 #   WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/script-cost.sh
 #
 # Each round runs redis-benchmark with EVALSHA on the allowed path (1 limit,
-# 1,000,000 per minute, cost 1, Redis TIME; the classic script with a fixed
+# 1,000,000 per minute, cost 1, Redis TIME; exact, and as "stepped" in steps
+# of 41,666 µs as Limit.Stepped makes it; the classic script with a fixed
 # `now` and a `<ms>-<uuid>`-sized member), the scripts interleaved, after
 # FLUSHALL and CONFIG RESETSTAT, and prints per call:
 #   usec   INFO commandstats usec_per_call of evalsha (time inside the script)
@@ -69,7 +70,8 @@ allow_source() { # FORM [REV]: the files as of git revision REV, or the working 
 }
 allow_source allow >"$work/allow.lua"
 allow_source exact >"$work/exact.lua"
-names=(exact allow)
+cp "$work/allow.lua" "$work/stepped.lua"
+names=(exact allow stepped)
 if [ -n "${SCRIPT_COST_BASE:-}" ]; then
 	# Before the scripts moved to core/internal/script, one file with
 	# another argument format (see args below); after, its exact form.
@@ -110,6 +112,7 @@ args() {
 	else
 		echo EVALSHA "$2" 1 "s{__rand_int__}:q" 1 "__rand_int__-__rand_int__-__rand_int__" '""' 0 1 1000000 60000000
 	fi ;;
+	stepped) echo EVALSHA "$2" 1 "s{__rand_int__}:q:#41666" 1 "__rand_int__-__rand_int__-__rand_int__" '""' 41666 1 1000000 60000000 ;;
 	*) echo EVALSHA "$2" 1 "s{__rand_int__}:q" 1 "__rand_int__-__rand_int__-__rand_int__" '""' 0 1 1000000 60000000 ;;
 	esac
 }

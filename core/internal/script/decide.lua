@@ -130,7 +130,7 @@ local function decide_stepped(key, step, cost, id, clock, x, nlim)
   end
   local q1, w1 = tonumber(ARGV[x]), tonumber(ARGV[x + 1])
   local out = {0, 0, 0, 0, 0}
-  local grow, w, e, o, n, t, seq, bk, h, new = stepped_read(key, step, now, x, nlim, q1, w1, out, 3)
+  local grow, w, e, o, n, t, seq, bk, new = stepped_read(key, step, now, x, nlim, q1, w1, out, 3)
   local fits = true
   for i = 1, nlim do
     local qi = q1
@@ -141,7 +141,7 @@ local function decide_stepped(key, step, cost, id, clock, x, nlim)
       fits = false
     end
   end
-  local duplicate = id ~= '' and stepped_find(h, id) ~= nil
+  local duplicate = id ~= '' and stepped_find(stepped_ids(key, seq), id) ~= nil
   local allowed = fits or duplicate
   stepped_finish(key, step, now, cost, id, fits and not duplicate and id ~= '', allowed,
     grow, w, e, o, n, t, seq, bk, new, x, nlim, q1, w1, out, 3)
@@ -229,7 +229,7 @@ local function decide(k0, np, a)
   if id ~= '' then
     for _, p in ipairs(parts) do
       local step = p[2]
-      if step > 0 and stepped_find(p[17], id) or step <= 0 and call('ZSCORE', p[1], id) then
+      if step > 0 and stepped_find(stepped_ids(p[1], p[15]), id) or step <= 0 and call('ZSCORE', p[1], id) then
         duplicate = true
         break
       end
@@ -243,9 +243,9 @@ local function decide(k0, np, a)
       exact_finish(p[1], now, score, clock == '' and now, p[8], id, admit, allowed,
         p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[3], p[4], p[6], p[7], out, p[5])
     elseif p[2] > 0 then
-      -- its state: grow, W, E, o, n, t, seq, bucket, ids, new at p[9..18]
+      -- its state: grow, W, E, o, n, t, seq, bucket, new at p[9..17]
       stepped_finish(p[1], p[2], now, p[8], id, admit, allowed,
-        p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[18], p[3], p[4], p[6], p[7], out, p[5])
+        p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17], p[3], p[4], p[6], p[7], out, p[5])
     else
       -- its state: the leases held, at p[9]
       inflight_finish(p[1], now, id, admit, allowed, p[9], p[3], p[4], p[6], p[7], out, p[5])

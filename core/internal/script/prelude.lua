@@ -13,5 +13,5 @@ local call = redis.call
 -- The stepped and the in-flight logs' functions, which stepped.lua and
 -- inflight.lua define: the allow script made for plans of exact limits
 -- only leaves those files out, and they stay nil, never called.
-local stepped_read, stepped_finish, stepped_find
+local stepped_read, stepped_finish, stepped_find, stepped_ids
 local inflight_read, inflight_finish

@@ -120,13 +120,17 @@ for i, key in ipairs(KEYS) do
       units, first = had, false
     end
   elseif step > 0 then
-    local h = call('GETRANGE', key, '0', RING0_LAST)
-    local e = #h == RING0 and stepped_find(h, id)
+    local h = call('GETRANGE', key, '0', HDR_LAST)
+    local o, n, t, w, seq, exp, e, ids = 0, 0, 0, 0, 0, 0, nil, ''
+    if #h == HDR then
+      o, n, t, w, seq, exp = struct.unpack('<dddddd', h)
+      ids = stepped_ids(key, seq)
+      e = stepped_find(ids, id)
+    end
     local had = 0
     if e then
-      local o, n, t, w, seq, exp = struct.unpack('<dddddd', h)
       local at = HDR + ENTRY * e
-      local b, c = struct.unpack('<dI4', h, at + 9)
+      local b, c = struct.unpack('<dI4', ids, ENTRY * e + 9)
       had = c
       if new and new ~= c and t > 0 and b >= o and b <= n then
         local slot = '#' .. (RING0 / 4 + b % RING)
@@ -148,7 +152,7 @@ for i, key in ipairs(KEYS) do
       local now_cost = new or c
       if by > 0 and now_cost > 0 and t > 0 and b >= o and b <= n then
         -- Later by whole steps: the units move from bucket b to b + by.
-        local h2 = call('GETRANGE', key, '0', tostring(HDR - 1))
+        local h2 = call('GETRANGE', key, '0', HDR_LAST)
         o, n, t, w, seq, exp = struct.unpack('<dddddd', h2)
         local from, to = '#' .. (RING0 / 4 + b % RING), '#' .. (RING0 / 4 + (b + by) % RING)
         local moved = math.min(call('BITFIELD', key, 'GET', 'u32', from)[1], now_cost)

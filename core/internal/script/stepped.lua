@@ -26,12 +26,11 @@
 local HDR, IDS, ENTRY, RING = 48, 128, 20, 1444
 local RING0 = HDR + IDS * ENTRY
 local SIZE = RING0 + 4 * RING
-local RING0_LAST = tostring(RING0 - 1)
+local HDR_S, HDR_LAST = '48', '47' -- HDR and HDR - 1, not formatted at every call
 --
 -- The log's state between the functions below, in this order: grow (this
 -- call counts a longer window than the log keeps), W, E, o, n, t, seq, the
--- bucket an admission goes to now, the bytes read (the header and the ids)
--- and whether the log is new.
+-- bucket an admission goes to now and whether the log is new.
 
 -- ring_read returns the counts of buckets a..b (b - a < RING) of key.
 local function ring_read(key, a, b)
@@ -80,15 +79,29 @@ local function header(key, o, n, t, w, seq, e)
   call('SETRANGE', key, '0', struct.pack('<dddddd', o, n, t, w, seq, e))
 end
 
--- stepped_find returns the entry (0-based) of id among the ids of a log
--- whose bytes from its start are h, or nil.
-stepped_find = function(h, id)
-  local at = string.find(h, id, HDR + 1, true)
-  while at and (at - HDR - 1) % ENTRY ~= 0 do
-    at = string.find(h, id, at + 1, true)
+-- stepped_ids returns the entries of the log key that hold ids, entry 0
+-- first, given the log's seq: only those, read only when an id is looked
+-- for. Lua interns every string it is given, and long strings that agree
+-- in the few bytes Lua hashes of them (a ring of 128 entries, most of them
+-- zero) share one chain of its string table, which every new one walks:
+-- reading the whole ring with the header made that walk a fifth of a
+-- stepped admission's instructions.
+stepped_ids = function(key, seq)
+  if seq <= 0 then
+    return ''
   end
-  if at and at <= RING0 then
-    return (at - HDR - 1) / ENTRY
+  return call('GETRANGE', key, HDR_S, HDR + ENTRY * math.min(seq, IDS) - 1)
+end
+
+-- stepped_find returns the entry (0-based) of id among ids (as
+-- stepped_ids returns them), or nil.
+stepped_find = function(ids, id)
+  local at = string.find(ids, id, 1, true)
+  while at and (at - 1) % ENTRY ~= 0 do
+    at = string.find(ids, id, at + 1, true)
+  end
+  if at then
+    return (at - 1) / ENTRY
   end
   return nil
 end
@@ -98,9 +111,9 @@ end
 -- out[o] on, three places apart, and returns the log's state. Limits come
 -- as in exact.lua.
 stepped_read = function(key, step, now, x, nlim, q1, w1, out, o)
-  local h = call('GETRANGE', key, '0', RING0_LAST)
+  local h = call('GETRANGE', key, '0', HDR_LAST)
   local ob, n, t, w, seq, e = 0, 0, 0, 0, 0, 0
-  local new = #h < RING0
+  local new = #h < HDR
   if not new then
     ob, n, t, w, seq, e = struct.unpack('<dddddd', h)
   end
@@ -148,7 +161,7 @@ stepped_read = function(key, step, now, x, nlim, q1, w1, out, o)
     end
     out[o + 3 * i - 3] = c
   end
-  return grow, w, e, ob, n, t, seq, bk, h, new
+  return grow, w, e, ob, n, t, seq, bk, new
 end
 
 -- stepped_finish records cost units under id in the bucket bk if admit,
