@@ -449,6 +449,38 @@ func TestAStepOnlyIdentityStaysDeniedWhileItsSlotMigrates(t *testing.T) {
 	}
 }
 
+// TestAnEndedLeaseWhileItsSlotMigrates: an identity's only lease in flight
+// has ended, and its slot starts migrating (no key moved). A call that
+// evicted the ended lease emptied the in-flight log, which Redis deletes,
+// and the script's next command on it failed as a "non local key", so the
+// call fell back (the model checker's seed 7469430). The log is now
+// emptied by no script: the call is decided by Redis.
+func TestAnEndedLeaseWhileItsSlotMigrates(t *testing.T) {
+	e := newClusterEnv(t, "reg", 0)
+	clock := newFrozenClock()
+	prefix := newPrefix("reg")
+	limit := slidelimit.InFlight(2, time.Second)
+	lim := mustLimiter(t, e.clients[0], limit, slidelimit.WithPrefix(prefix), slidelimit.WithClock(clock.Now),
+		slidelimit.WithTimeout(5*time.Second), slidelimit.WithDenyCache(0), slidelimit.WithFailurePolicy(slidelimit.FailClosed))
+	ctx := t.Context()
+	if res, err := lim.Allow(ctx, "tenant"); err != nil || !res.Allowed {
+		t.Fatalf("the first call = %+v, %v", res, err)
+	}
+	clock.advance(2 * time.Second) // its lease ended
+	key, _ := slidelimit.Key(prefix, "tenant", slidelimit.PerSecond(1))
+	stop := e.beginMigration(t, key)
+	defer stop()
+	for i := range 2 {
+		res, err := lim.Allow(ctx, "tenant")
+		if err != nil || !res.Allowed || res.Fallback {
+			t.Fatalf("call %d while the slot migrates, the only lease ended = %+v, %v; want admitted by Redis", i, res, err)
+		}
+		if res.Remaining != 1-i {
+			t.Errorf("call %d: Remaining %d, want %d", i, res.Remaining, 1-i)
+		}
+	}
+}
+
 // beginMigration marks the slot of key as migrating from its primary to
 // another (no key moved), and returns a function that ends the migration.
 func (e *env) beginMigration(t *testing.T, key string) func() {

@@ -616,7 +616,7 @@ func readIn(st *state, c call, parts []part) *pending {
 				p.counts[i] = int(r.counts[k])
 			}
 		default:
-			n := st.f.read(c.now)
+			n := st.f.held(c.now)
 			for _, i := range pt.idx {
 				p.counts[i] = n
 			}
@@ -636,7 +636,7 @@ func readIn(st *state, c call, parts []part) *pending {
 			case pt.step > 0:
 				p.dup = p.dup || st.stepLog(pt.step).holds(c.id)
 			default:
-				p.dup = p.dup || st.f.holds(c.id)
+				p.dup = p.dup || st.f.holds(c.id, c.now)
 			}
 		}
 	}
@@ -675,6 +675,7 @@ func (p *pending) finish(admit, allowed, retryFits bool, nparts int) []outcome {
 			if admit {
 				st.f.admit(c, lease)
 			}
+			st.f.evict(c.now)
 		}
 	}
 	var out []outcome
@@ -1198,21 +1199,29 @@ func (f *flog) clone() *flog {
 	return &c
 }
 
-// read evicts the leases that ended by now and returns how many are held.
-// A log emptied so is gone: Redis deletes an empty sorted set, and the
-// next lease makes it anew.
-func (f *flog) read(now int64) int {
-	had := len(f.leases)
-	f.leases = slices.DeleteFunc(slices.Clone(f.leases), func(l lease) bool { return l.end <= now })
-	if had > 0 && len(f.leases) == 0 {
-		f.exp = expiry{}
+// held returns how many leases are held at now: those that end after it.
+func (f *flog) held(now int64) int {
+	n := 0
+	for _, l := range f.leases {
+		if l.end > now {
+			n++
+		}
 	}
-	return len(f.leases)
+	return n
 }
 
-// holds reports whether id holds a lease.
-func (f *flog) holds(id string) bool {
-	return slices.ContainsFunc(f.leases, func(l lease) bool { return l.id == id && !l.anon })
+// evict drops the leases that ended by now once a lease is held: a
+// decision never empties the log (inflight.lua), so a log of ended leases
+// only lives on until it expires.
+func (f *flog) evict(now int64) {
+	if f.held(now) > 0 {
+		f.leases = slices.DeleteFunc(slices.Clone(f.leases), func(l lease) bool { return l.end <= now })
+	}
+}
+
+// holds reports whether id holds a lease at now.
+func (f *flog) holds(id string, now int64) bool {
+	return slices.ContainsFunc(f.leases, func(l lease) bool { return l.id == id && !l.anon && l.end > now })
 }
 
 // admit takes a lease for c, of d µs: "of the longest window" of the
@@ -1268,7 +1277,7 @@ func (f *flog) emptied() {
 // µs until the first lease ends if it alone denies, µs until the last
 // ends.
 func (f *flog) stat(c call, l slidelimit.Limit, admit, allowed bool) stat {
-	n := len(f.leases)
+	n := f.held(c.now) // with a lease held, every lease that ended is gone
 	held := n
 	if admit {
 		held--

@@ -224,12 +224,21 @@ local function decide(k0, np, a)
     x, o = x + 2 + 2 * nlim, o + 3 * nlim
   end
 
-  -- A retried call: its id is in a part already.
+  -- A retried call: its id is in a part already (in an in-flight log, as
+  -- a lease that has not ended).
   local duplicate = false
   if id ~= '' then
     for _, p in ipairs(parts) do
-      local step = p[2]
-      if step > 0 and stepped_find(stepped_ids(p[1], p[15]), id) or step <= 0 and call('ZSCORE', p[1], id) then
+      local step, found = p[2], false
+      if step > 0 then
+        found = stepped_find(stepped_ids(p[1], p[15]), id)
+      else
+        found = call('ZSCORE', p[1], id)
+        if found and step < 0 then
+          found = tonumber(found) > now
+        end
+      end
+      if found then
         duplicate = true
         break
       end

@@ -8,13 +8,18 @@
 -- place by itself. A request counts 1 here, whatever its cost; a limit's
 -- quota is how many may be in flight at once and its window the lease.
 -- The log lives as long as its longest lease.
+--
+-- A lease that ended stays until a decision finds a lease held (its own
+-- included), which evicts it, or the log expires: a script never empties
+-- the log, for Redis deletes an empty sorted set, and while Redis Cluster
+-- migrates the slot, every later command of the script on a key deleted
+-- so fails ("non local key").
 
--- inflight_read evicts the leases that ended, puts how many are held in
--- out for each of the nlim limits, from out[o] on, three places apart, and
--- returns that count.
+-- inflight_read puts how many leases are held (end after now) in out for
+-- each of the nlim limits, from out[o] on, three places apart, and returns
+-- that count.
 inflight_read = function(key, now, nlim, out, o)
-  call('ZREMRANGEBYSCORE', key, '0', now)
-  local n = call('ZCARD', key)
+  local n = call('ZCOUNT', key, now + 1, '+inf')
   for i = 1, nlim do
     out[o + 3 * i - 3] = n
   end
@@ -22,7 +27,8 @@ inflight_read = function(key, now, nlim, out, o)
 end
 
 -- inflight_finish takes a lease for id, of the longest window of the nlim
--- limits, if admit, then replaces the count of each limit in out with its
+-- limits, if admit, evicts the leases that ended if one is held, then
+-- replaces the count of each limit in out with its
 -- three values: places left, the µs until the first lease ends if the
 -- limit denies (a release may come sooner), and the µs until the last
 -- lease ends. Limits come as in exact.lua.
@@ -39,6 +45,9 @@ inflight_finish = function(key, now, id, admit, allowed, n, x, nlim, q1, w1, out
       call('PEXPIRE', key, life)
     end
     n = n + 1
+  end
+  if n > 0 then
+    call('ZREMRANGEBYSCORE', key, '0', now)
   end
   for i = 1, nlim do
     local q = q1
