@@ -10,7 +10,7 @@ GOREDIS_MIDDLE ?= v9.14.1
 GOREDIS_MIDDLE_RUN ?= ^(TestRedisFaults|TestWrongPasswordConnections|TestExactnessAcrossProcesses|TestSameMillisecondBurst|TestNoScriptRecovery|TestClusterRedirects|TestRetriedCallCountsOnce|TestRedisHung)$$
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-.PHONY: test check check-model release-check demo bench lint vet fmt tidy test-server
+.PHONY: test check check-model release-check demo bench bench-pair lint vet fmt tidy test-server
 
 ## test: gofmt, go vet, and every module's tests with -race and -short against
 ## real Redis (one standalone server and a three-primary Cluster, both
@@ -77,6 +77,14 @@ demo:
 ## redis-benchmark ceiling (see bench/ and BENCHMARKS.md); about ten minutes.
 bench:
 	WITH_REDIS_CLUSTER=0 scripts/with-redis.sh scripts/bench.sh
+
+## bench-pair: the bench of git revision BASE and of the working tree in turns
+## (ROUNDS of each, 4 by default) on one Redis: how much faster or slower the
+## tree decides, paired against the peers (scripts/bench-pair.sh).
+ROUNDS ?= 4
+bench-pair:
+	@test -n "$(BASE)" || { echo "usage: make bench-pair BASE=<git revision> [ROUNDS=4]"; exit 2; }
+	scripts/bench-pair.sh $(BASE) $(ROUNDS)
 
 ## lint: golangci-lint in every module, with the configuration at the root,
 ## and a check that every go.mod and go.sum is tidy.
