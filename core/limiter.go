@@ -230,7 +230,7 @@ func (l *Limiter) decide(ctx context.Context, who string, stems, names []string,
 // left.
 func result(reply []int64, set *limitSet, names []string) (Result, error) {
 	var raw [inlineStatuses]script.Status
-	statuses := raw[:0]
+	var statuses []script.Status
 	if n := len(set.limits); n <= inlineStatuses {
 		statuses = raw[:n]
 	} else {

@@ -155,13 +155,14 @@ func (l *localLimits) decide(ids, names []string, n int, id string, set *limitSe
 			}
 		}
 		for i, lim := range set.limits {
-			if lim.InFlight {
+			switch {
+			case lim.InFlight:
 				e := level(i)
 				e.leases = append(e.leases, localLease{id: id, until: now.Add(lim.Window)})
 				counts[i]++
-			} else if lim.Requests {
+			case lim.Requests:
 				counts[i]++
-			} else {
+			default:
 				counts[i] += n
 			}
 		}

@@ -104,6 +104,17 @@ data: {"type":"response.completed","response":{"id":"resp_67c9fdcecf488190bdd9a0
 	apiError   = `{"error":{"message":"Rate limit reached for gpt-4o","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
 )
 
+// cutBefore returns s from the first sep on, as the adapter keeps the end
+// of a long body; the test fails if s holds no sep.
+func cutBefore(t *testing.T, s, sep string) string {
+	t.Helper()
+	i := strings.Index(s, sep)
+	if i < 0 {
+		t.Fatalf("the body holds no %s", sep)
+	}
+	return s[i:]
+}
+
 func TestTotalTokens(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -120,8 +131,8 @@ func TestTotalTokens(t *testing.T) {
 		{"error", apiError, 0, false},
 		{"empty", "", 0, false},
 		// The end the adapter keeps of a long body: its start is cut.
-		{"cut in the choices", chatCompletion[strings.Index(chatCompletion, `"finish_reason"`):], 1163, true},
-		{"cut in the usage", chatCompletion[strings.Index(chatCompletion, `"completion_tokens"`):], 0, false},
+		{"cut in the choices", cutBefore(t, chatCompletion, `"finish_reason"`), 1163, true},
+		{"cut in the usage", cutBefore(t, chatCompletion, `"completion_tokens"`), 0, false},
 		{"last usage is null", chatStreamWithUsage + `data: {"choices":[],"usage":null}` + "\n\n", 0, false},
 		{"usage without total", `{"usage":{"input_tokens":3,"output_tokens":4}}`, 0, false},
 		{"fractional total", `{"usage":{"total_tokens":21.5}}`, 0, false},

@@ -27,11 +27,10 @@ type tester interface {
 // an operation runs it is frozen at the operation's start, so that the
 // model knows the time of every decision to the microsecond.
 type testClock struct {
-	mu       sync.Mutex
-	offset   time.Duration
-	frozen   int64     // µs; 0 while running
-	frozenAt time.Time // the wall clock when it froze
-	last     int64     // the latest value handed out, µs
+	mu     sync.Mutex
+	offset time.Duration
+	frozen int64 // µs; 0 while running
+	last   int64 // the latest value handed out, µs
 }
 
 func (c *testClock) Now() time.Time {
@@ -52,18 +51,8 @@ func (c *testClock) tick() int64 {
 func (c *testClock) freeze() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.frozen, c.frozenAt = c.tick(), time.Now()
+	c.frozen = c.tick()
 	return c.frozen
-}
-
-// lag returns how far the wall clock has run since the clock froze, at t.
-func (c *testClock) lag(t time.Time) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.frozen == 0 {
-		return 0
-	}
-	return t.Sub(c.frozenAt).Microseconds() + 1000
 }
 
 func (c *testClock) unfreeze() {

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -62,7 +63,7 @@ func (h *harness) readStored(ctx context.Context, who string, steps []int64, inf
 		return nil
 	})
 	s.b = time.Now()
-	if err != nil && err != redis.Nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
 	s.exact, s.xttl = zr.Val(), xttl.Val()

@@ -774,7 +774,7 @@ func (o settleOp) run(h *harness) {
 			recorded = false // Renew of a request with no place in flight does nothing
 		}
 	}
-	if err != nil && !(o.Kind == "renew" && errors.Is(err, slidelimit.ErrLeaseEnded)) {
+	if err != nil && (o.Kind != "renew" || !errors.Is(err, slidelimit.ErrLeaseEnded)) {
 		if !isUnavailable(err) {
 			h.fail(kindDecision, "%s: %s = %v, want nil or an error wrapping ErrUnavailable", o, o.Kind, err)
 		}

@@ -662,7 +662,7 @@ func TestReplayARenewalMakesTheInFlightLogLiveALease(t *testing.T) {
 		advanceOp{D: time.Second},
 		allowOp{Lim: 1, Who: "c", Cost: 1, Req: "r17", ID: true},
 		stallOp{Pause: 1500 * time.Millisecond, Calls: []allowOp{
-			allowOp{Lim: 3, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(10, time.Minute).ForRequests(), slidelimit.Per(100, time.Hour), slidelimit.Per(3, time.Second)}, Req: "r18.0", ID: true},
+			{Lim: 3, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(10, time.Minute).ForRequests(), slidelimit.Per(100, time.Hour), slidelimit.Per(3, time.Second)}, Req: "r18.0", ID: true},
 		}},
 		allowOp{Lim: 3, Who: "b", Cost: 1, Req: "r19"},
 		allowOp{Lim: 3, Who: "c", Cost: 35, Tree: []slidelimit.Level{{Identity: "team", Limits: plan{slidelimit.Per(100, 10*time.Millisecond).Named("l1.0")}}}, Req: "r20", ID: true},
@@ -697,10 +697,10 @@ func TestReplayARefundIsBoundedByItsOwnLimitersTimeout(t *testing.T) {
 		allowOp{Lim: 1, Who: "a", Cost: 1, Req: "r9", ID: true},
 		settleOp{Of: "r4", Via: 0, Kind: "release", Cost: 0, Twice: false},
 		stallOp{Pause: 50 * time.Millisecond, Calls: []allowOp{
-			allowOp{Lim: 1, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(1, time.Second)}, Req: "r11.0"},
-			allowOp{Lim: 2, Who: "b", Cost: 1, Req: "r11.1", ID: true},
-			allowOp{Lim: 2, Who: "c", Cost: 1, Req: "r11.2", ID: true},
-			allowOp{Lim: 1, Who: "d", Cost: 1, Plan: plan{slidelimit.Per(5, 10*time.Second), slidelimit.InFlight(2, time.Second)}, Req: "r11.3", ID: true},
+			{Lim: 1, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(1, time.Second)}, Req: "r11.0"},
+			{Lim: 2, Who: "b", Cost: 1, Req: "r11.1", ID: true},
+			{Lim: 2, Who: "c", Cost: 1, Req: "r11.2", ID: true},
+			{Lim: 1, Who: "d", Cost: 1, Plan: plan{slidelimit.Per(5, 10*time.Second), slidelimit.InFlight(2, time.Second)}, Req: "r11.3", ID: true},
 		}},
 		allowOp{Lim: 1, Who: "b", Cost: 1, Plan: plan{slidelimit.Per(3, time.Second)}, Req: "r12", ID: true},
 		allowOp{Lim: 1, Who: "c", Peek: true, Req: "r13"},

@@ -884,7 +884,8 @@ func (x *xlog) dropInGroup(end, k int) []*xlog {
 				kept = append(kept, &xentry{t: e.t, id: e.id, req: e.req, members: left})
 			}
 		}
-		y.entries = append(kept, x.entries[end:]...)
+		kept = append(kept, x.entries[end:]...)
+		y.entries = kept
 		out = append(out, y)
 	}
 	return out
@@ -1378,16 +1379,17 @@ func newIdentity() *identityModel {
 func (im *identityModel) use(limits []slidelimit.Limit) {
 	for _, l := range limits {
 		s := stepOf(l)
-		if s == 0 {
+		switch {
+		case s == 0:
 			im.maxExact = max(im.maxExact, l.Quota)
 			im.longestExact = max(im.longestExact, l.Window)
-		} else if s == inflightStep && l.Shadow {
+		case s == inflightStep && l.Shadow:
 			im.shadowInFlight = true
 			im.longestLease = max(im.longestLease, l.Window)
-		} else if s == inflightStep {
+		case s == inflightStep:
 			im.maxInFlight = max(im.maxInFlight, l.Quota)
 			im.longestLease = max(im.longestLease, l.Window)
-		} else {
+		default:
 			im.longestAt[s] = max(im.longestAt[s], l.Window)
 		}
 		im.usedSteps[s] = true

@@ -63,10 +63,10 @@ func NewPlan(limits []Limit) *Plan {
 		}
 	}
 	rank := func(s int64) int64 {
-		switch {
-		case s == 0:
+		switch s {
+		case 0:
 			return -2
-		case s == InFlightStep:
+		case InFlightStep:
 			return 1
 		}
 		return 0
