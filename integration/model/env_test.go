@@ -281,13 +281,27 @@ func (e *env) slowScripts(ctx context.Context, prefix string) ([]slowEntry, erro
 
 // migration is a slot moving between primaries in the background.
 type migration struct {
+	who      string    // the model identity whose slot moves ("" outside the model)
+	began    time.Time // when it began
 	finished atomic.Bool
+	ended    atomic.Int64 // UnixNano when it ended
 	wg       sync.WaitGroup
 	err      error
 	log      []string
 }
 
 func (m *migration) done() bool { return m.finished.Load() }
+
+// splitDuring reports whether m may have kept who's keys split (TRYAGAIN)
+// for the whole of a..b: it moved who's slot, began before a and had not
+// ended by b.
+func (m *migration) splitDuring(who string, a, b time.Time) bool {
+	if m == nil || m.who != who || m.began.After(a) {
+		return false
+	}
+	end := m.ended.Load()
+	return end == 0 || end >= b.UnixNano()
+}
 
 // wait returns once the migration has ended, with its error.
 func (m *migration) wait() error {
@@ -302,12 +316,13 @@ func (m *migration) wait() error {
 // (string keys first if stringsFirst, else sorted sets first), retried
 // with REPLACE on BUSYKEY, then SETSLOT NODE on every primary.
 func (e *env) migrate(key string, stringsFirst bool, pause time.Duration) *migration {
-	m := &migration{}
+	m := &migration{began: time.Now()}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		defer m.finished.Store(true)
 		m.err = e.runMigration(m, key, stringsFirst, pause)
+		m.ended.Store(time.Now().UnixNano())
 	}()
 	return m
 }

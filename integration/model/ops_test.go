@@ -483,12 +483,22 @@ func (h *harness) settleFallback(c allowOp, spec limiterSpec, im *identityModel,
 		return
 	}
 	if h.up && !f.down {
+		// TRYAGAIN is sent again "for as long as the call's timeout leaves
+		// time for another attempt; then the policy decides": a call that
+		// waited its timeout out while its identity's slot stayed split
+		// (a migration slowed by a loaded host) may fall back.
+		splitOut := errors.Is(err, slidelimit.ErrUnavailable) && strings.Contains(err.Error(), "TRYAGAIN") &&
+			cl.rb.Sub(cl.ra) >= spec.Timeout*9/10 && h.env.mig.splitDuring(c.Who, cl.ra, cl.rb)
 		excused := f.stalled > 0 && spec.Timeout > 0 && spec.Timeout < 2*f.stalled+stallSlack ||
-			!spec.strict() || time.Since(h.env.healed) < healTime
+			!spec.strict() || time.Since(h.env.healed) < healTime || splitOut
 		if !excused {
+			mig := "no migration"
+			if m := h.env.mig; m != nil {
+				mig = fmt.Sprintf("the latest migration moved %q's slot from %v before the call, ended %v", m.who, cl.ra.Sub(m.began).Round(time.Millisecond), m.done())
+			}
 			h.fail(kindFallback,
-				"%s: limiter %d (timeout %v, %s) fell back (%v) while Redis answered (stalled %v): %s",
-				c, c.Lim, spec.Timeout, policyName(spec.Policy), err, f.stalled, resultString(res))
+				"%s: limiter %d (timeout %v, %s) fell back (%v) after %v while Redis answered (stalled %v; %s): %s",
+				c, c.Lim, spec.Timeout, policyName(spec.Policy), err, cl.rb.Sub(cl.ra).Round(time.Millisecond), f.stalled, mig, resultString(res))
 			return
 		}
 	}
@@ -1473,4 +1483,5 @@ func (o migrateOp) run(h *harness) {
 	key, _ := slidelimit.Key(h.prefix, o.Who, slidelimit.PerSecond(1))
 	h.migrating = true
 	h.env.mig = h.env.migrate(key, o.StringsFirst, o.Pause)
+	h.env.mig.who = o.Who
 }
