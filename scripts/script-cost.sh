@@ -60,17 +60,21 @@ cleanup() {
 trap cleanup EXIT
 
 # The allow script as core/internal/script/script.go assembles it: "allow"
-# for any plan, "exact" for plans of exact limits only.
+# for any plan, "exact" for plans of exact limits only, "stepped" for plans
+# of one stepped log (before that form, the allow script).
 allow_source() { # FORM [REV]: the files as of git revision REV, or the working tree
 	local d=core/internal/script f files=(prelude exact stepped inflight decide)
 	[ "$1" = exact ] && files=(prelude exact decide)
+	if [ "$1" = stepped ] && grep -q steppedLogSource "$d/script.go" 2>/dev/null; then
+		files=(prelude stepped decide)
+	fi
 	for f in "${files[@]}"; do
 		if [ -n "${2:-}" ]; then git show "$2:$d/$f.lua"; else cat "$d/$f.lua"; fi
 	done
 }
 allow_source allow >"$work/allow.lua"
 allow_source exact >"$work/exact.lua"
-cp "$work/allow.lua" "$work/stepped.lua"
+allow_source stepped >"$work/stepped.lua"
 names=(exact allow stepped)
 if [ -n "${SCRIPT_COST_BASE:-}" ]; then
 	# Before the scripts moved to core/internal/script, one file with

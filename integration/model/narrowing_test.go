@@ -56,7 +56,7 @@ func exactRenews(e, now, w int64) bool { return e*1000-now < w }
 // decide.lua: "a denied request, a peek and a retried call record nothing.
 // A decision may still evict what left the history a log keeps, and write
 // a log's records (the history it keeps) when the request counts a longer
-// window or a larger quota than they hold." exact.lua's exact_finish adds
+// window or a larger quota than they hold." exact.lua's exact adds
 // nothing and fills in nothing for "a retried call" it finds as it admits:
 // a request of one exact part that fits, and whose id is there already,
 // leaves the record as it was; every other retry writes it as a denial
@@ -107,7 +107,7 @@ const steppedLogSize = 48 + steppedIDHorizon*20 + 4*1444
 // less than a window and a step is left." The header is written, and the
 // log renewed when due, at an admission and at a decision (not a peek)
 // that counts a longer window than it keeps; a peek's eviction writes the
-// header with the history the peek counted (stepped_read).
+// header with the history the peek counted (stepped.lua's stepped).
 func steppedLife(w, step int64) int64 { return ceilDiv(2*w+step, 1000) }
 
 func steppedRenews(e, now, w, step int64) bool { return e*1000-now < w+step }

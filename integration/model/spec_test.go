@@ -964,7 +964,7 @@ func (g *slog) read(c call, p part) *sread {
 			}
 			g.o = first
 		}
-		g.w = r.w // stepped_read writes the header with the history it counted
+		g.w = r.w // stepped (stepped.lua) writes the header with the history it counted
 	}
 	r.bucket = floorDiv(c.now, g.step)
 	if g.t > 0 {

@@ -1,5 +1,6 @@
 -- decide.lua: decides requests under one or more limits (the allow script:
--- prelude.lua, for plans with a stepped limit stepped.lua, then this file).
+-- prelude.lua, the files of the logs its plans count, then this file; see
+-- script.go for its forms).
 --
 -- A request is decided on its parts: each part is one key of the
 -- identity, its exact log or the stepped log of one step, counted by some
@@ -48,11 +49,12 @@
 -- Time: Redis TIME by default, so every application server shares one
 -- clock; a score is the time in µs.
 --
--- exact.lua and stepped.lua describe the two logs and hold their
--- functions: each reads its log (evicting what left the history it keeps)
--- and counts its limits, then writes an admission, then turns the counts
--- into the reply. A decision reads every part before it writes any, so
--- that a request admitted nowhere is written nowhere.
+-- exact.lua and stepped.lua describe the two logs and hold each its one
+-- function, exact and stepped: it reads its log (evicting what left the
+-- history it keeps) and counts its limits, then writes an admission, then
+-- turns the counts into the reply; alone, it decides a request of one
+-- part. A request of several parts reads every part before it writes any,
+-- so that a request admitted nowhere is written nowhere.
 
 -- Redis TIME, read once a call and shared by a batch's requests: now in µs
 -- and the score as a decimal string.
@@ -64,135 +66,83 @@ if ARGV[1] == '*' or ARGV[3] == '' then
     us = string.rep('0', 6 - #us) .. us
   end
   time_score = t[1] .. us
-  time_now = tonumber(time_score)
+  time_now = t[1] * 1000000 + t[2] -- two short numbers convert faster than one long
 end
 
--- decide_exact decides a request of cost units recorded as id at clock
--- (ARGV[3]'s form) on one exact log, key, counted by the nlim limits
--- whose pairs start at ARGV[x]: decide (below) with the log's state in
--- locals rather than a table, for this is the commonest request and a
--- table costs more than the rest of its Lua.
-local function decide_exact(key, cost, id, clock, x, nlim)
-  local now, score = time_now, time_score
-  if clock ~= '' then
-    now, score = tonumber(clock), clock
-  end
-  local q1, w1 = tonumber(ARGV[x]), tonumber(ARGV[x + 1])
-  local out = {0, 0, 0, 0, 0}
-  local grow, w, q, e, t, nrec, rec, n = exact_read(key, now, x, nlim, q1, w1, out, 3)
-  local fits = true
-  for i = 1, nlim do
-    local qi = q1
-    if i > 1 then
-      qi = tonumber(ARGV[x + 2 * i - 2])
-    end
-    if qi > 0 and out[3 * i] + cost > qi then -- a shadow's quota is negative
-      fits = false
-    end
-  end
-  local duplicate = id ~= '' and not fits and call('ZSCORE', key, id) ~= false
-  local allowed = fits or duplicate
-  local admit = fits and id ~= ''
-  if exact_finish(key, now, score, clock == '' and now, cost, id, admit, allowed,
-      grow, w, q, e, t, nrec, rec, n, x, nlim, q1, w1, out, 3) == 0 and admit then
-    -- Its id was there: a retried call. Decide it as one.
-    return decide_exact(key, cost, '', clock, x, nlim), true
-  end
-  out[1], out[2] = allowed and 1 or 0, duplicate and 1 or 0
-  return out
-end
-
--- A lone request of one exact part: no other function is made.
-if ARGV[1] ~= '*' and #KEYS == 1 and ARGV[4] == '0' then
-  local cost = 1
+-- A lone request of one exact or stepped part, the commonest of all, is
+-- decided here, before any other function is made: decide below reads its
+-- arguments the same way, but making it costs Redis about 3 % of such a
+-- decision (scripts/script-cost.sh, SCRIPT_COST_CALLGRIND=1).
+if ARGV[1] ~= '*' and #KEYS == 1 and ARGV[4] ~= '-1' then
+  local cost, nlim = 1, 1
   if ARGV[1] ~= '1' then
     cost = tonumber(ARGV[1])
   end
-  local nlim = 1
   if ARGV[5] ~= '1' then
     nlim = tonumber(ARGV[5])
     if nlim < 0 then
       nlim, cost = -nlim, 1 -- a part that counts requests
     end
   end
-  local out, retried = decide_exact(KEYS[1], cost, ARGV[2], ARGV[3], 6, nlim)
-  if retried then
-    out[1], out[2] = 1, 1
+  local now, score, newest = time_now, time_score, time_now
+  if ARGV[3] ~= '' then
+    now, score, newest = tonumber(ARGV[3]), ARGV[3], false
   end
-  return out
-end
-
--- decide_stepped is decide_exact for one stepped log, key, of step.
-local function decide_stepped(key, step, cost, id, clock, x, nlim)
-  local now = time_now
-  if clock ~= '' then
-    now = tonumber(clock)
+  local out, allowed, duplicate = {0, 0, 0, 0, 0}, false, false
+  if ARGV[4] == '0' then
+    allowed, duplicate = exact(KEYS[1], cost, ARGV[2], now, score, newest, 6, nlim, out, 3)
+  else
+    allowed, duplicate = stepped(KEYS[1], tonumber(ARGV[4]), cost, ARGV[2], now, 6, nlim, out, 3)
   end
-  local q1, w1 = tonumber(ARGV[x]), tonumber(ARGV[x + 1])
-  local out = {0, 0, 0, 0, 0}
-  local grow, w, e, o, n, t, seq, bk, new = stepped_read(key, step, now, x, nlim, q1, w1, out, 3)
-  local fits = true
-  for i = 1, nlim do
-    local qi = q1
-    if i > 1 then
-      qi = tonumber(ARGV[x + 2 * i - 2])
-    end
-    if qi > 0 and out[3 * i] + cost > qi then -- a shadow's quota is negative
-      fits = false
-    end
-  end
-  local duplicate = id ~= '' and stepped_find(stepped_ids(key, seq), id) ~= nil
-  local allowed = fits or duplicate
-  stepped_finish(key, step, now, cost, id, fits and not duplicate and id ~= '', allowed,
-    grow, w, e, o, n, t, seq, bk, new, x, nlim, q1, w1, out, 3)
   out[1], out[2] = allowed and 1 or 0, duplicate and 1 or 0
   return out
 end
 
--- A lone request of one stepped part.
-if ARGV[1] ~= '*' and #KEYS == 1 and ARGV[4] ~= '0' and ARGV[4] ~= '-1' then
-  local cost = 1
-  if ARGV[1] ~= '1' then
-    cost = tonumber(ARGV[1])
-  end
-  local nlim = tonumber(ARGV[5])
-  if nlim < 0 then
-    nlim, cost = -nlim, 1 -- a part that counts requests
-  end
-  return decide_stepped(KEYS[1], tonumber(ARGV[4]), cost, ARGV[2], ARGV[3], 6, nlim)
-end
 -- decide decides the request whose cost is ARGV[a], then its id, its now
--- and its np parts; its keys follow KEYS[k0]. A request of one exact part
--- goes to decide_exact.
+-- and its np parts; its keys follow KEYS[k0]. It returns the request's
+-- reply and the ARGV index after the request. A request of one exact or
+-- stepped part goes to that log's function alone, one of several parts to
+-- decide_parts.
+local decide_parts
 local function decide(k0, np, a)
   local cost, id, clock = 1, ARGV[a + 1], ARGV[a + 2]
   if ARGV[a] ~= '1' then
     cost = tonumber(ARGV[a])
   end
-  if np == 1 and ARGV[a + 3] ~= '-1' then
-    local nlim = tonumber(ARGV[a + 4])
+  local now, score, newest = time_now, time_score, time_now
+  if clock ~= '' then
+    now, score, newest = tonumber(clock), clock, false
+  end
+  local step = ARGV[a + 3]
+  if np ~= 1 or step == '-1' then
+    return decide_parts(k0, np, a, cost, id, now, score, newest)
+  end
+  local nlim = 1
+  if ARGV[a + 4] ~= '1' then
+    nlim = tonumber(ARGV[a + 4])
     if nlim < 0 then
       nlim, cost = -nlim, 1 -- a part that counts requests
     end
-    if ARGV[a + 3] ~= '0' then
-      return decide_stepped(KEYS[k0 + 1], tonumber(ARGV[a + 3]), cost, id, clock, a + 5, nlim)
-    end
-    local out, retried = decide_exact(KEYS[k0 + 1], cost, id, clock, a + 5, nlim)
-    if retried then
-      out[1], out[2] = 1, 1
-    end
-    return out
   end
-  local now, score = time_now, time_score
-  if clock ~= '' then
-    now, score = tonumber(clock), clock
+  local out, allowed, duplicate = {0, 0, 0, 0, 0}, false, false
+  if step == '0' then
+    allowed, duplicate = exact(KEYS[k0 + 1], cost, id, now, score, newest, a + 5, nlim, out, 3)
+  else
+    allowed, duplicate = stepped(KEYS[k0 + 1], tonumber(step), cost, id, now, a + 5, nlim, out, 3)
   end
+  out[1], out[2] = allowed and 1 or 0, duplicate and 1 or 0
+  return out, a + 5 + 2 * nlim
+end
 
+-- decide_parts is decide for a request of several parts, or of an
+-- in-flight part: every part is read before any is written.
+decide_parts = function(k0, np, a, cost, id, now, score, newest)
   -- Read every part: a part is an array of its key, its step, the ARGV
   -- index of its first limit, their number, their place in the reply
   -- (each limit's count stands there until the end), the first limit's
   -- quota and window, the units it counts for the request, then the state
-  -- its log's read returned.
+  -- of its log: the table an exact or a stepped log's function keeps it
+  -- in, or the leases held in an in-flight log.
   local parts, out, fits, x, o = {}, {0, 0}, true, a + 3, 3
   for j = 1, np do
     local step, nlim = tonumber(ARGV[x]), tonumber(ARGV[x + 1])
@@ -205,9 +155,13 @@ local function decide(k0, np, a)
       out[#out + 1] = 0
     end
     if step == 0 then
-      parts[j] = {key, step, x + 2, nlim, o, q1, w1, units, exact_read(key, now, x + 2, nlim, q1, w1, out, o)}
+      local st = {}
+      exact(key, units, id, now, score, newest, x + 2, nlim, out, o, st)
+      parts[j] = {key, step, x + 2, nlim, o, q1, w1, units, st}
     elseif step > 0 then
-      parts[j] = {key, step, x + 2, nlim, o, q1, w1, units, stepped_read(key, step, now, x + 2, nlim, q1, w1, out, o)}
+      local st = {}
+      stepped(key, step, units, id, now, x + 2, nlim, out, o, st)
+      parts[j] = {key, step, x + 2, nlim, o, q1, w1, units, st}
     else
       units = 1 -- a request is one in flight, whatever its cost
       parts[j] = {key, step, x + 2, nlim, o, q1, w1, units, inflight_read(key, now, nlim, out, o)}
@@ -231,7 +185,7 @@ local function decide(k0, np, a)
     for _, p in ipairs(parts) do
       local step, found = p[2], false
       if step > 0 then
-        found = stepped_find(stepped_ids(p[1], p[15]), id)
+        found = stepped_find(stepped_ids(p[1], p[9][7]), id)
       else
         found = call('ZSCORE', p[1], id)
         if found and step < 0 then
@@ -248,30 +202,28 @@ local function decide(k0, np, a)
   local admit = fits and not duplicate and id ~= ''
   for _, p in ipairs(parts) do
     if p[2] == 0 then
-      -- its state: grow, W, Q, E, T, nrec, rec, n at p[9..16]
-      exact_finish(p[1], now, score, clock == '' and now, p[8], id, admit, allowed,
-        p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[3], p[4], p[6], p[7], out, p[5])
+      p[9].admit, p[9].allowed = admit, allowed
+      exact(p[1], p[8], id, now, score, newest, p[3], p[4], out, p[5], p[9])
     elseif p[2] > 0 then
-      -- its state: grow, W, E, o, n, t, seq, bucket, new at p[9..17]
-      stepped_finish(p[1], p[2], now, p[8], id, admit, allowed,
-        p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17], p[3], p[4], p[6], p[7], out, p[5])
+      p[9].admit, p[9].allowed = admit, allowed
+      stepped(p[1], p[2], p[8], id, now, p[3], p[4], out, p[5], p[9])
     else
       -- its state: the leases held, at p[9]
       inflight_finish(p[1], now, id, admit, allowed, p[9], p[3], p[4], p[6], p[7], out, p[5])
     end
   end
   out[1], out[2] = allowed and 1 or 0, duplicate and 1 or 0
-  return out
+  return out, x
 end
 
 if ARGV[1] ~= '*' then
-  return decide(0, #KEYS, 1)
+  return (decide(0, #KEYS, 1))
 end
 
 local replies, k0, a = {}, 0, 2
 while a <= #ARGV do
   local np = tonumber(ARGV[a])
-  local ok, out = pcall(decide, k0, np, a + 1)
+  local ok, out, after = pcall(decide, k0, np, a + 1)
   if not ok then
     -- Redis's error reply (a table or a string, by Redis version), or
     -- Lua's own error, which gets Redis's generic prefix.
@@ -282,12 +234,13 @@ while a <= #ARGV do
       end
       out = {err = out}
     end
+    -- The next request starts after this one's parts.
+    after = a + 4
+    for _ = 1, np do
+      after = after + 2 + 2 * math.abs(tonumber(ARGV[after + 1]))
+    end
   end
   replies[#replies + 1] = out
-  -- The next request starts after this one's parts.
-  k0, a = k0 + np, a + 4
-  for _ = 1, np do
-    a = a + 2 + 2 * math.abs(tonumber(ARGV[a + 1]))
-  end
+  k0, a = k0 + np, after
 end
 return replies

@@ -26,10 +26,11 @@
 -- A request's members are at most 11 bytes (an 8-byte id and the digits of
 -- a unit below 1,000), a record's more, so the two never meet.
 --
--- The log's state between the functions below, in this order: grow (this
--- call counts a longer window or a larger quota than the record holds), W,
--- Q, E, T (or false), nrec (how many records the log holds), rec (the
--- record's name, or false) and n (the units in the log).
+-- The log's state, which a part of a request of several keeps between
+-- reading and writing (exact, below), in this order: grow (this call counts
+-- a longer window or a larger quota than the record holds), W, Q, E, T (or
+-- false), nrec (how many records the log holds), rec (the record's name,
+-- or false) and n (the units in the log).
 --
 -- Limits come as ARGV pairs from x on, quota then window; q1 and w1 are
 -- the first pair converted already, q1 negative for a shadow limit.
@@ -45,83 +46,112 @@ local function exact_keep(key, drop, nrec)
   return tonumber(last)
 end
 
--- exact_read evicts what left the history the log key keeps, puts the
--- count of each of the nlim limits in out, from out[o] on, three places
--- apart, and returns the log's state.
-local function exact_read(key, now, x, nlim, q1, w1, out, o)
-  local w, q, e, t, nrec, rec = 0, 0, 0, false, 0, false
-  local m = call('ZRANGE', key, '0', '0')[1]
-  -- The commonest record is the one this very limit wrote: read its E in
-  -- place, with no string made of W and Q.
-  local mine = nlim == 1 and q1 > 0 and '#r' .. ARGV[x + 1] .. ':' .. ARGV[x] .. ':'
-  if m and mine and string.find(m, mine, 1, true) == 1 then
-    w, q, e, nrec, rec = w1, q1, tonumber(string.sub(m, #mine + 1)), 1, m
-  elseif m and #m > 11 then
-    if string.byte(m, 2) == 116 then -- "#t", then "#r"
-      t, nrec, m = tonumber(string.sub(m, 3)), 1, call('ZRANGE', key, '1', '1')[1]
+-- exact decides a request of cost units recorded as id ("" to peek) on
+-- the log key, counted by the nlim limits whose pairs start at ARGV[x], at
+-- now (score its decimal form; newest is now if the clock is Redis TIME,
+-- so that an admission is the log's newest unit, else false). It evicts
+-- what left the history the log keeps, counts each limit, records the
+-- units if the request is admitted, writes the record when the log's state
+-- calls for it (unless id is "", a peek), keeps the newest Q units, and
+-- puts each limit's three values in out from out[o] on, three places
+-- apart: remaining units, the µs until it admits cost units (0 if it does
+-- now) and the µs until its window is empty.
+--
+-- Called alone (part nil) it decides the request by these limits: it is
+-- admitted when they all have room, and is a retried call when its id is
+-- in the log already. It returns whether the request is admitted, and
+-- whether it was a retried call.
+--
+-- A part of a request of several (decide.lua) calls it twice with one
+-- table, part. The first call, with part.admit nil, reads: it evicts, puts
+-- each limit's count in out, keeps the log's state in part and returns.
+-- The second, once part.admit (record the request) and part.allowed (it
+-- is admitted, now or before) are set for the whole request, writes and
+-- fills in out.
+--
+-- One function for both, and the state in locals, for the lone request of
+-- one exact part is the commonest of all, and every call, argument and
+-- table costs Redis more than the rest of its Lua.
+exact = function(key, cost, id, now, score, newest, x, nlim, out, o, part)
+  local q1, w1 = tonumber(ARGV[x]), tonumber(ARGV[x + 1])
+  local grow, w, q, e, t, nrec, rec, n = false, 0, 0, 0, false, 0, false, 0
+  local admit, allowed, duplicate = false, false, false
+  if part and part.admit ~= nil then
+    grow, w, q, e, t, nrec, rec, n = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8]
+    admit, allowed = part.admit, part.allowed
+  else
+    local m = call('ZRANGE', key, '0', '0')[1]
+    -- The commonest record is the one this very limit wrote: read its E in
+    -- place, with no string made of W and Q; then W and Q are this limit's.
+    local mine = nlim == 1 and q1 > 0 and '#r' .. ARGV[x + 1] .. ':' .. ARGV[x] .. ':'
+    if m and mine and string.find(m, mine, 1, true) == 1 then
+      w, q, e, nrec, rec = w1, q1, tonumber(string.sub(m, #mine + 1)), 1, m
+    else
+      if m and #m > 11 then
+        if string.byte(m, 2) == 116 then -- "#t", then "#r"
+          t, nrec, m = tonumber(string.sub(m, 3)), 1, call('ZRANGE', key, '1', '1')[1]
+        end
+        if m and #m > 11 and string.byte(m, 2) == 114 then -- "#r"
+          local wr, qr, er = string.match(m, '^#r(%d+):(%d+):(%d+)$')
+          w, q, e, nrec, rec = tonumber(wr), tonumber(qr), tonumber(er), nrec + 1, m
+        end
+      end
+      for i = 1, nlim do
+        local qi, wi = q1, w1
+        if i > 1 then
+          qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
+        end
+        if qi < 0 then
+          qi = -qi
+        end
+        if wi > w then
+          grow, w = true, wi
+        end
+        if qi > q then
+          grow, q = true, qi
+        end
+      end
     end
-    if m and #m > 11 and string.byte(m, 2) == 114 then -- "#r"
-      local wr, qr, er = string.match(m, '^#r(%d+):(%d+):(%d+)$')
-      w, q, e, nrec, rec = tonumber(wr), tonumber(qr), tonumber(er), nrec + 1, m
+    call('ZREMRANGEBYSCORE', key, '0', now - w)
+    if t and t <= now - w then
+      call('ZREMRANGEBYSCORE', key, '-2', '-2')
+      nrec, t = nrec - 1, false
     end
+    n = call('ZCARD', key) - nrec
+    local fits = true
+    for i = 1, nlim do
+      local qi, wi = q1, w1
+      if i > 1 then
+        qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
+      end
+      local c = n
+      if wi < w then
+        c = call('ZCOUNT', key, now - wi + 1, '+inf')
+      end
+      if t and t > now - wi and c < math.abs(qi) then
+        c = math.abs(qi)
+      end
+      out[o + 3 * i - 3] = c
+      if qi > 0 and c + cost > qi then -- a shadow's quota is negative
+        fits = false
+      end
+    end
+    if part then
+      part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8] = grow, w, q, e, t, nrec, rec, n
+      return
+    end
+    duplicate = id ~= '' and not fits and call('ZSCORE', key, id) ~= false
+    allowed, admit = fits or duplicate, fits and id ~= ''
   end
-  local grow = false
-  for i = 1, nlim do
-    local qi, wi = q1, w1
-    if i > 1 then
-      qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
-    end
-    if qi < 0 then
-      qi = -qi
-    end
-    if wi > w then
-      grow, w = true, wi
-    end
-    if qi > q then
-      grow, q = true, qi
-    end
-  end
-  call('ZREMRANGEBYSCORE', key, '0', now - w)
-  if t and t <= now - w then
-    call('ZREMRANGEBYSCORE', key, '-2', '-2')
-    nrec, t = nrec - 1, false
-  end
-  local n = call('ZCARD', key) - nrec
-  for i = 1, nlim do
-    local qi, wi = q1, w1
-    if i > 1 then
-      qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
-    end
-    local c = n
-    if wi < w then
-      c = call('ZCOUNT', key, now - wi + 1, '+inf')
-    end
-    if t and t > now - wi and c < math.abs(qi) then
-      c = math.abs(qi)
-    end
-    out[o + 3 * i - 3] = c
-  end
-  return grow, w, q, e, t, nrec, rec, n
-end
 
--- exact_finish records cost units under id at score if admit, writes the
--- record when the log's state calls for it (unless id is "", a peek),
--- keeps the newest Q units, and replaces the count of each limit in out
--- with its three values: remaining units, the µs until it admits cost
--- units (0 if it does now) and the µs until its window is empty (allowed
--- tells whether the request is admitted, by now or before; newest is now
--- if the clock is Redis TIME, so that an admission is the newest unit,
--- else false). It returns how many units it added: 0 when admit finds id
--- there already, a retried call, for which it adds nothing and fills in
--- nothing.
-local function exact_finish(key, now, score, newest, cost, id, admit, allowed,
-                            grow, w, q, e, t, nrec, rec, n, x, nlim, q1, w1, out, o)
-  local added = 0
-  newest = admit and newest
+  local added, last = 0, admit and newest
   if admit then
     added = call('ZADD', key, 'NX', score, id)
     if added == 0 then
-      return 0
+      -- Its id was there (a part's is looked for before): a retried call,
+      -- for which nothing is added. Decide it as one.
+      exact(key, cost, '', now, score, newest, x, nlim, out, o)
+      return true, true
     end
     if cost > 1 then
       -- In chunks, so that a large cost never overflows Lua's stack.
@@ -185,8 +215,8 @@ local function exact_finish(key, now, score, newest, cost, id, admit, allowed,
       end
     end
     if c > 0 then
-      newest = newest or tonumber(call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
-      reset = newest + wi - now
+      last = last or tonumber(call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
+      reset = last + wi - now
       if t and t + wi - now > reset then
         reset = t + wi - now
       end
@@ -199,5 +229,5 @@ local function exact_finish(key, now, score, newest, cost, id, admit, allowed,
     end
     out[j], out[j + 1], out[j + 2] = qi - c, retry, reset
   end
-  return added
+  return allowed, duplicate
 end

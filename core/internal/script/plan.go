@@ -104,8 +104,13 @@ func NewPlan(limits []Limit) *Plan {
 		}
 		p.order = append(p.order, idx...)
 	}
-	if len(p.parts) == 1 && p.parts[0].Step == 0 {
-		p.hash = exactHashArg
+	if len(p.parts) == 1 {
+		switch step := p.parts[0].Step; {
+		case step == 0:
+			p.hash = exactHashArg
+		case step > 0:
+			p.hash = steppedHashArg
+		}
 	}
 	return p
 }

@@ -10,8 +10,8 @@
 -- anew, at every call.
 local call = redis.call
 
--- The stepped and the in-flight logs' functions, which stepped.lua and
--- inflight.lua define: the allow script made for plans of exact limits
--- only leaves those files out, and they stay nil, never called.
-local stepped_read, stepped_finish, stepped_find, stepped_ids
+-- The logs' functions, which exact.lua, stepped.lua and inflight.lua
+-- define: an allow script made for plans of one kind of log leaves the
+-- others' files out, and their functions stay nil, never called.
+local exact, stepped, stepped_find, stepped_ids
 local inflight_read, inflight_finish

@@ -17,7 +17,7 @@ var (
 	//go:embed exact.lua
 	exactLogSource string
 	//go:embed stepped.lua
-	steppedSource string
+	steppedLogSource string
 	//go:embed decide.lua
 	decideSource string
 	//go:embed inflight.lua
@@ -33,18 +33,20 @@ var (
 )
 
 // The allow script decides requests (decide.lua describes its protocol).
-// It comes in two forms made of the same files: allowSource decides any
-// plan, and exactSource, without the stepped log's helpers, only plans
-// whose limits are all exact, which it decides with less for Redis to run
-// at each call.
+// It comes in three forms made of the same files: allowSource decides any
+// plan; exactSource, without the other logs' functions, only plans whose
+// limits are all exact, and steppedSource only plans of one stepped log.
+// Redis makes every function of a script anew at each call, so a form
+// without the functions a plan never calls costs Redis less at each call.
 var (
-	allowSource = logsSource + decideSource
-	exactSource = preludeSource + exactLogSource + decideSource
+	allowSource   = logsSource + decideSource
+	exactSource   = preludeSource + exactLogSource + decideSource
+	steppedSource = preludeSource + steppedLogSource + decideSource
 )
 
 // logsSource is the code of every log, which a script that may meet any of
 // them starts with.
-var logsSource = preludeSource + exactLogSource + steppedSource + inflightSource
+var logsSource = preludeSource + exactLogSource + steppedLogSource + inflightSource
 
 // The scripts, run by EVALSHA and sent whole only when Redis answers
 // NOSCRIPT: after SCRIPT FLUSH, a restart, a failover or on a new cluster
@@ -52,8 +54,11 @@ var logsSource = preludeSource + exactLogSource + steppedSource + inflightSource
 var (
 	// Allow decides requests of any plan, alone or in the batch form.
 	Allow = redis.NewScript(allowSource)
-	// Exact decides a request of a plan without stepped limits.
+	// Exact decides a request of a plan whose limits are all exact.
 	Exact = redis.NewScript(exactSource)
+	// Stepped decides a request of a plan whose limits all count one
+	// stepped log.
+	Stepped = redis.NewScript(steppedSource)
 	// Settle corrects what one admitted request recorded, and its leases
 	// (settle.lua describes its protocol).
 	Settle = redis.NewScript(logsSource + settleSource)
@@ -66,7 +71,26 @@ var (
 )
 
 // Boxed once, so that no command boxes them again.
-var evalshaArg, allowHashArg, exactHashArg any = "evalsha", Allow.Hash(), Exact.Hash()
+var (
+	evalshaArg     any = "evalsha"
+	allowHashArg   any = Allow.Hash()
+	exactHashArg   any = Exact.Hash()
+	steppedHashArg any = Stepped.Hash()
+)
+
+// formOf returns the form of the allow script whose boxed hash is hash.
+func formOf(hash any) *redis.Script {
+	switch hash {
+	case exactHashArg:
+		return Exact
+	case steppedHashArg:
+		return Stepped
+	}
+	return Allow
+}
+
+// sources holds each form's source by its script.
+var sources = map[*redis.Script]string{Allow: allowSource, Exact: exactSource, Stepped: steppedSource}
 
 // Command is the EVALSHA of the allow script deciding one request: "evalsha",
 // the script's hash, the number of keys, the keys, then ARGV. It is built
@@ -88,12 +112,7 @@ func (cmd Command) NKeys() int { return cmd[2].(int) }
 func (cmd Command) FirstKey() string { return cmd[3].(string) }
 
 // Script returns the script cmd runs.
-func (cmd Command) Script() *redis.Script {
-	if cmd[1] == exactHashArg {
-		return Exact
-	}
-	return Allow
-}
+func (cmd Command) Script() *redis.Script { return formOf(cmd[1]) }
 
 // Keys returns the keys cmd names.
 func (cmd Command) Keys() []string {
@@ -112,10 +131,7 @@ func (cmd Command) Args() []any { return cmd[3+cmd.NKeys():] }
 func (cmd Command) Eval() []any {
 	out := make([]any, len(cmd))
 	copy(out, cmd)
-	out[0], out[1] = "eval", allowSource
-	if cmd[1] == exactHashArg {
-		out[1] = exactSource
-	}
+	out[0], out[1] = "eval", sources[cmd.Script()]
 	return out
 }
 

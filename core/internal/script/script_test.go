@@ -363,3 +363,71 @@ func TestChunksBoundTheArguments(t *testing.T) {
 		t.Errorf("chunks hold %d commands, want %d", total, len(cmds))
 	}
 }
+
+// TestEveryFormDecidesAsTheAllowScript runs one sequence of decisions
+// (admissions of several costs, retries with the same id, peeks, denials,
+// time moving past windows) under each plan the exact and the stepped
+// forms take, once through that form and once through the allow script
+// that decides any plan, each on keys of its own: every reply and every
+// key's content must agree.
+func TestEveryFormDecidesAsTheAllowScript(t *testing.T) {
+	plans := map[string]*Plan{
+		"exact":            NewPlan([]Limit{exact(5, time.Second)}),
+		"exact, three":     NewPlan([]Limit{exact(5, time.Second), exact(8, 3*time.Second), {Quota: 2, Window: time.Second.Microseconds(), Shadow: true}}),
+		"exact, requests":  NewPlan([]Limit{{Quota: 4, Window: time.Second.Microseconds(), Requests: true}}),
+		"stepped":          NewPlan([]Limit{stepped(6, 2*time.Second, 100*time.Millisecond)}),
+		"stepped, two":     NewPlan([]Limit{stepped(6, 2*time.Second, 100*time.Millisecond), stepped(3, 500*time.Millisecond, 100*time.Millisecond)}),
+		"stepped, shadow":  NewPlan([]Limit{stepped(6, 2*time.Second, 100*time.Millisecond), {Quota: 2, Window: time.Second.Microseconds(), Step: 100_000, Shadow: true}}),
+		"stepped, several": NewPlan([]Limit{exact(5, time.Second), stepped(6, 2*time.Second, 100*time.Millisecond)}),
+	}
+	forms := map[any]string{exactHashArg: exactSource, steppedHashArg: steppedSource, allowHashArg: allowSource}
+	for name, p := range plans {
+		t.Run(name, func(t *testing.T) {
+			form := redis.NewScript(strings.Replace(forms[p.hash], "local call = redis.call\n", strictPrelude, 1))
+			if name == "stepped, several" && p.hash != allowHashArg || name != "stepped, several" && p.hash == allowHashArg {
+				t.Fatalf("plan %s takes the form %v", name, p.hash)
+			}
+			a, b := newHarness(t), newHarness(t)
+			a.script, b.log, b.now = form, b.log+"b", a.now
+			ids := []string{newID(), newID(), newID()}
+			for i := range 60 {
+				cost := 1 + i%3
+				id := ids[i%len(ids)]
+				if i%4 == 3 {
+					id = newID()
+				}
+				if i%7 == 6 {
+					id = "" // a peek
+				}
+				if i%5 == 0 {
+					ids[i%len(ids)] = newID()
+				}
+				ga, da, sa := a.decide(p, cost, id)
+				gb, db, sb := b.decide(p, cost, id)
+				if ga != gb || da != db || fmt.Sprint(sa) != fmt.Sprint(sb) {
+					t.Fatalf("decision %d (cost %d): the form answers %v %v %v, the allow script %v %v %v", i, cost, ga, da, sa, gb, db, sb)
+				}
+				step := int64(90_000)
+				if i%20 == 19 {
+					step = 1_100_000
+				}
+				a.now += step
+				b.now += step
+			}
+			for k, ka := range a.keys(p) {
+				kb := b.keys(p)[k]
+				ca, err := a.rdb.Dump(t.Context(), ka).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cb, err := b.rdb.Dump(t.Context(), kb).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ca != cb {
+					t.Fatalf("key %d holds other content under the form than under the allow script", k)
+				}
+			}
+		})
+	}
+}

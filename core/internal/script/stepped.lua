@@ -27,10 +27,6 @@ local HDR, IDS, ENTRY, RING = 48, 128, 20, 1444
 local RING0 = HDR + IDS * ENTRY
 local SIZE = RING0 + 4 * RING
 local HDR_S, HDR_LAST = '48', '47' -- HDR and HDR - 1, not formatted at every call
---
--- The log's state between the functions below, in this order: grow (this
--- call counts a longer window than the log keeps), W, E, o, n, t, seq, the
--- bucket an admission goes to now and whether the log is new.
 
 -- ring_read returns the counts of buckets a..b (b - a < RING) of key.
 local function ring_read(key, a, b)
@@ -106,71 +102,90 @@ stepped_find = function(ids, id)
   return nil
 end
 
--- stepped_read evicts the buckets older than the history the log key of
--- step keeps, puts the count of each of the nlim limits in out, from
--- out[o] on, three places apart, and returns the log's state. Limits come
--- as in exact.lua.
-stepped_read = function(key, step, now, x, nlim, q1, w1, out, o)
-  local h = call('GETRANGE', key, '0', HDR_LAST)
-  local ob, n, t, w, seq, e = 0, 0, 0, 0, 0, 0
-  local new = #h < HDR
-  if not new then
-    ob, n, t, w, seq, e = struct.unpack('<dddddd', h)
-  end
-  local grow = false
-  for i = 1, nlim do
-    local wi = w1
-    if i > 1 then
-      wi = tonumber(ARGV[x + 2 * i - 1])
+-- stepped decides a request of cost units recorded as id ("" to peek) on
+-- the stepped log key of step, counted by the nlim limits whose pairs start
+-- at ARGV[x] (as in exact.lua), at now. It evicts the buckets older than the
+-- history the log keeps, counts each limit, records the units in the bucket
+-- of now if the request is admitted, writes the header when the log's state
+-- calls for it (unless id is "", a peek: the log lives two windows and a
+-- step from now once less than a window and a step is left), and puts each
+-- limit's three values in out from out[o] on, as exact does.
+--
+-- Alone (part nil) it decides the request by these limits, a retried call
+-- when its id is among the ids kept, and returns whether it is admitted and
+-- whether it was a retried call. As a part of a request of several, it is
+-- called twice with one table, part, as exact is: the state it keeps there
+-- is grow, W, E, o, n, t, seq, the bucket an admission goes to, and whether
+-- the log is new.
+stepped = function(key, step, cost, id, now, x, nlim, out, o, part)
+  local q1, w1 = tonumber(ARGV[x]), tonumber(ARGV[x + 1])
+  local grow, w, e, ob, n, t, seq, bk, new
+  local admit, allowed, duplicate = false, false, false
+  if part and part.admit ~= nil then
+    grow, w, e, ob, n, t, seq, bk, new = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9]
+    admit, allowed = part.admit, part.allowed
+  else
+    local h = call('GETRANGE', key, '0', HDR_LAST)
+    ob, n, t, w, seq, e = 0, 0, 0, 0, 0, 0
+    new, grow = #h < HDR, false
+    if not new then
+      ob, n, t, w, seq, e = struct.unpack('<dddddd', h)
     end
-    if wi > w then
-      grow, w = true, wi
-    end
-  end
-  local first = math.floor((now - w) / step) -- the oldest bucket kept
-  if t > 0 and ob < first then
-    if n < first then
-      ring_zero(key, ob, n) -- all of it left the history kept
-      t = 0
-    else
-      for _, c in ipairs(ring_read(key, ob, first - 1)) do
-        t = t - c
+    for i = 1, nlim do
+      local wi = w1
+      if i > 1 then
+        wi = tonumber(ARGV[x + 2 * i - 1])
       end
-      ring_zero(key, ob, first - 1)
-      ob = first
-    end
-    header(key, ob, n, t, w, seq, e)
-  end
-  -- An admission goes to the bucket of now, or to the newest if another
-  -- clock ran ahead: later, so never too early out of any window.
-  local bk = math.floor(now / step)
-  if t > 0 and bk < n then
-    bk = n
-  end
-  for i = 1, nlim do
-    local wi = w1
-    if i > 1 then
-      wi = tonumber(ARGV[x + 2 * i - 1])
-    end
-    local c = t
-    if wi < w and t > 0 then
-      c = 0
-      for _, units in ipairs(ring_read(key, math.max(math.floor((now - wi) / step), ob), n)) do
-        c = c + units
+      if wi > w then
+        grow, w = true, wi
       end
     end
-    out[o + 3 * i - 3] = c
+    local first = math.floor((now - w) / step) -- the oldest bucket kept
+    if t > 0 and ob < first then
+      if n < first then
+        ring_zero(key, ob, n) -- all of it left the history kept
+        t = 0
+      else
+        for _, c in ipairs(ring_read(key, ob, first - 1)) do
+          t = t - c
+        end
+        ring_zero(key, ob, first - 1)
+        ob = first
+      end
+      header(key, ob, n, t, w, seq, e)
+    end
+    -- An admission goes to the bucket of now, or to the newest if another
+    -- clock ran ahead: later, so never too early out of any window.
+    bk = math.floor(now / step)
+    if t > 0 and bk < n then
+      bk = n
+    end
+    local fits = true
+    for i = 1, nlim do
+      local qi, wi = q1, w1
+      if i > 1 then
+        qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
+      end
+      local c = t
+      if wi < w and t > 0 then
+        c = 0
+        for _, units in ipairs(ring_read(key, math.max(math.floor((now - wi) / step), ob), n)) do
+          c = c + units
+        end
+      end
+      out[o + 3 * i - 3] = c
+      if qi > 0 and c + cost > qi then -- a shadow's quota is negative
+        fits = false
+      end
+    end
+    if part then
+      part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9] = grow, w, e, ob, n, t, seq, bk, new
+      return
+    end
+    duplicate = id ~= '' and stepped_find(stepped_ids(key, seq), id) ~= nil
+    allowed, admit = fits or duplicate, fits and not duplicate and id ~= ''
   end
-  return grow, w, e, ob, n, t, seq, bk, new
-end
 
--- stepped_finish records cost units under id in the bucket bk if admit,
--- writes the header when the log's state calls for it (unless id is "",
--- a peek): the log lives two windows and a step from now once less than a
--- window and a step is left; then replaces the count of each limit in out
--- with its three values, as exact_finish does.
-stepped_finish = function(key, step, now, cost, id, admit, allowed,
-                          grow, w, e, ob, n, t, seq, bk, new, x, nlim, q1, w1, out, o)
   if admit or id ~= '' and grow and not new then
     if admit then
       if new then
@@ -234,4 +249,5 @@ stepped_finish = function(key, step, now, cost, id, admit, allowed,
     end
     out[j], out[j + 1], out[j + 2] = qi - c, retry, reset
   end
+  return allowed, duplicate
 end
