@@ -431,3 +431,32 @@ func TestEveryFormDecidesAsTheAllowScript(t *testing.T) {
 		})
 	}
 }
+
+// TestACommandCarriesItsForm: a plan's command runs, by EVALSHA and by
+// EVAL after NOSCRIPT, the form of the allow script its plan takes.
+func TestACommandCarriesItsForm(t *testing.T) {
+	for _, c := range []struct {
+		limits []Limit
+		script *redis.Script
+		source string
+	}{
+		{[]Limit{exact(5, time.Second), exact(9, time.Minute)}, Exact, exactSource},
+		{[]Limit{stepped(5, time.Hour, time.Minute), stepped(9, 2*time.Hour, time.Minute)}, Stepped, steppedSource},
+		{[]Limit{exact(5, time.Second), stepped(9, time.Hour, time.Minute)}, Allow, allowSource},
+		{[]Limit{stepped(5, time.Hour, time.Minute), stepped(9, time.Hour, 2*time.Minute)}, Allow, allowSource},
+		{[]Limit{{Quota: 2, Window: time.Second.Microseconds(), InFlight: true}}, Allow, allowSource},
+	} {
+		p := NewPlan(c.limits)
+		keys := make([]string, len(p.Parts()))
+		for i := range keys {
+			keys[i] = fmt.Sprintf("{k}:%d", i)
+		}
+		cmd := p.Command(keys, 1, "id", "")
+		if cmd.Script() != c.script || cmd[1] != c.script.Hash() {
+			t.Errorf("%v: the command runs %s, want %s", c.limits, cmd[1], c.script.Hash())
+		}
+		if eval := cmd.Eval(); eval[0] != "eval" || eval[1] != c.source {
+			t.Errorf("%v: the command's EVAL sends another source", c.limits)
+		}
+	}
+}
