@@ -50,12 +50,13 @@ for r in $(seq "$rounds"); do
 	done
 	echo "round $r done"
 done
-awk '
+# median(a, n): the median of a[1..n], which it sorts.
+median='function median(a, n,   i, j, t) {
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}'
+awk "$median"'
 	{ rate[$1, $2, $3, $4, $5] = $6; paths[$3] = 1; levels[$4] = 1; names[$5] = 1; rounds[$2] = 1 }
-	function median(a, n,   i, j, t) {
-		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-	}
 	END {
 		for (p in paths) for (l in levels) {
 			line = sprintf("%-8s c=%-4s", p, l)
@@ -77,11 +78,8 @@ awk '
 	}' "$work/rates" | sort
 echo
 echo "tree's slidelimit ÷ each peer, median over the rounds:"
-awk '$1 == "tree" { rate[$2, $3, $4, $5] = $6; k[$3 " " $4] = 1; names[$5] = 1; rounds[$2] = 1 }
-	function median(a, n,   i, j, t) {
-		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-	}
+awk "$median"'
+	$1 == "tree" { rate[$2, $3, $4, $5] = $6; k[$3 " " $4] = 1; names[$5] = 1; rounds[$2] = 1 }
 	END { for (c in k) { split(c, pl, " "); line = sprintf("%-8s c=%-4s", pl[1], pl[2])
 		for (q in names) { if (q == "slidelimit") continue; n = 0
 			for (r in rounds) if (rate[r, pl[1], pl[2], q]) v[++n] = rate[r, pl[1], pl[2], "slidelimit"] / rate[r, pl[1], pl[2], q]
