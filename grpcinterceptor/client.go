@@ -212,8 +212,9 @@ func UnaryClientWaitInterceptor(lim *slidelimit.Limiter, opts ...ClientOption) g
 	}
 }
 
-// answeredLate is how long after its admission a call's answer may come
-// before UnaryClientWaitInterceptor moves its admission to when it came
+// answeredLate is how long after its admission a call's answer (or a
+// stream's opening) may come before UnaryClientWaitInterceptor
+// (StreamClientWaitInterceptor) moves its admission to when it came
 // (slidelimit.Limiter.Shift), as httplimit.Transport does for a request:
 // a server counts a call when it arrives, at the latest when it answers,
 // so a call that waited for a connection, or for a busy server, would
@@ -235,15 +236,23 @@ func shiftIfLate(ctx context.Context, lim *slidelimit.Limiter, res slidelimit.Re
 // StreamClientWaitInterceptor is UnaryClientWaitInterceptor for streams:
 // it waits for the limit before opening a stream, and blocks the key when
 // the stream fails with codes.ResourceExhausted and a RetryInfo, whether
-// opening it or receiving from it. Messages on an open stream are not
+// opening it or receiving from it. A stream that opens more than 25 ms
+// after its admission (it waited for a connection to be dialed) has its
+// admission moved to when it opened, as a late unary answer does: the
+// server counts a stream when it opens. Messages on an open stream are not
 // limited.
 func StreamClientWaitInterceptor(lim *slidelimit.Limiter, opts ...ClientOption) grpc.StreamClientInterceptor {
 	c := newClientConfig(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
-		if _, err := c.wait(ctx, lim, method, cc); err != nil {
+		res, err := c.wait(ctx, lim, method, cc)
+		if err != nil {
 			return nil, err
 		}
+		admitted := time.Now()
 		cs, err := streamer(ctx, desc, cc, method, callOpts...)
+		if !res.Fallback {
+			shiftIfLate(ctx, lim, res, admitted)
+		}
 		if err != nil {
 			c.recordThrottle(ctx, lim, method, cc, err)
 			return nil, err

@@ -150,3 +150,35 @@ func TestUnaryClientWaitInterceptorCountsWhenTheServerAnswered(t *testing.T) {
 		return res.RetryAfter+time.Since(answered) > 900*time.Millisecond // unmoved: about 700 ms
 	})
 }
+
+// TestStreamClientWaitInterceptorCountsWhenTheStreamOpened: a stream that
+// opens 300 ms after its admission (here a slow interceptor inside stands
+// for a connection being dialed) has its admission moved to when it
+// opened, so the next stream waits a whole window from then.
+func TestStreamClientWaitInterceptorCountsWhenTheStreamOpened(t *testing.T) {
+	t.Parallel()
+	lim := newLimiter(t, redistest.Client(t), slidelimit.Per(1, time.Second), slidelimit.WithDenyCache(0)) // Peek asks Redis
+	dialing := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		time.Sleep(300 * time.Millisecond)
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	srv := startServer(t, nil, nil)
+	conn := grpctest.Dial(t, srv.addr, grpc.WithChainStreamInterceptor(
+		grpclimit.StreamClientWaitInterceptor(lim, grpclimit.WithClientKey(grpclimit.ClientKeyByMethod)), dialing))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if _, err := conn.NewStream(ctx, grpctest.ChatDesc, grpctest.MethodChat); err != nil {
+		t.Fatalf("NewStream = %v, want OK", err)
+	}
+	opened := time.Now()
+	eventually(t, 2*time.Second, "the admission moved to the opening: a whole window to wait from it", func() bool {
+		res, err := lim.Peek(t.Context(), "method:"+grpctest.MethodChat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Remaining != 0 || time.Since(opened) > 500*time.Millisecond {
+			t.Fatalf("Peek %v after the opening = %+v, want the window full", time.Since(opened), res)
+		}
+		return res.RetryAfter+time.Since(opened) > 900*time.Millisecond // unmoved: about 700 ms
+	})
+}
