@@ -6,7 +6,8 @@
 #   (tree's slidelimit ÷ peer) ÷ (BASE's slidelimit ÷ peer)
 # for each peer (the peers are the same code in both builds, so they stand
 # for the host's speed at that moment), and the ratio of slidelimit's own
-# decisions/s, tree ÷ BASE. Above 1: the tree is faster.
+# decisions/s, tree ÷ BASE, each with its least and greatest round in
+# brackets. Above 1: the tree is faster.
 #
 #   scripts/bench-pair.sh BASE [ROUNDS]
 #
@@ -50,10 +51,15 @@ for r in $(seq "$rounds"); do
 	done
 	echo "round $r done"
 done
-# median(a, n): the median of a[1..n], which it sorts.
+# median(a, n): the median of a[1..n], which it sorts; spread(a, n): the
+# median and, in brackets, the least and the greatest.
 median='function median(a, n,   i, j, t) {
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function spread(a, n,   m) {
+	m = median(a, n)
+	return sprintf("%.3f (%.2f-%.2f)", m, a[1], a[n])
 }'
 awk "$median"'
 	{ rate[$1, $2, $3, $4, $5] = $6; paths[$3] = 1; levels[$4] = 1; names[$5] = 1; rounds[$2] = 1 }
@@ -63,7 +69,7 @@ awk "$median"'
 			n = 0
 			for (r in rounds) if (rate["tree", r, p, l, "slidelimit"] && rate["base", r, p, l, "slidelimit"]) { v[++n] = rate["tree", r, p, l, "slidelimit"] / rate["base", r, p, l, "slidelimit"] }
 			if (n == 0) continue
-			line = line sprintf("  own %.3f", median(v, n))
+			line = line "  own " spread(v, n)
 			for (q in names) {
 				if (q == "slidelimit") continue
 				n = 0
@@ -71,7 +77,7 @@ awk "$median"'
 					t = rate["tree", r, p, l, q]; s = rate["base", r, p, l, q]
 					if (t && s) v[++n] = (rate["tree", r, p, l, "slidelimit"] / t) / (rate["base", r, p, l, "slidelimit"] / s)
 				}
-				if (n) line = line sprintf("  vs %s %.3f", q, median(v, n))
+				if (n) line = line sprintf("  vs %s %s", q, spread(v, n))
 			}
 			print line
 		}
