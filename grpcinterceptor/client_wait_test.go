@@ -138,17 +138,7 @@ func TestUnaryClientWaitInterceptorCountsWhenTheServerAnswered(t *testing.T) {
 	if r := say(t.Context(), conn, "slow"); r.err != nil {
 		t.Fatalf("Say = %v, want OK", r.err)
 	}
-	answered := time.Now()
-	eventually(t, 2*time.Second, "the admission moved to the answer: a whole window to wait from it", func() bool {
-		res, err := lim.Peek(t.Context(), "method:"+grpctest.MethodSay)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Remaining != 0 || time.Since(answered) > 500*time.Millisecond {
-			t.Fatalf("Peek %v after the answer = %+v, want the window full", time.Since(answered), res)
-		}
-		return res.RetryAfter+time.Since(answered) > 900*time.Millisecond // unmoved: about 700 ms
-	})
+	admissionMovedTo(t, lim, grpctest.MethodSay, time.Now(), "the answer")
 }
 
 // TestStreamClientWaitInterceptorCountsWhenTheStreamOpened: a stream that
@@ -170,15 +160,23 @@ func TestStreamClientWaitInterceptorCountsWhenTheStreamOpened(t *testing.T) {
 	if _, err := conn.NewStream(ctx, grpctest.ChatDesc, grpctest.MethodChat); err != nil {
 		t.Fatalf("NewStream = %v, want OK", err)
 	}
-	opened := time.Now()
-	eventually(t, 2*time.Second, "the admission moved to the opening: a whole window to wait from it", func() bool {
-		res, err := lim.Peek(t.Context(), "method:"+grpctest.MethodChat)
+	admissionMovedTo(t, lim, grpctest.MethodChat, time.Now(), "the opening")
+}
+
+// admissionMovedTo waits until the one admission of method under lim (one
+// per second, keyed by method) has moved to at, 300 ms after it was made:
+// the window stays full a whole second from at, not the 700 ms left of an
+// unmoved admission. what names at in the failure.
+func admissionMovedTo(t *testing.T, lim *slidelimit.Limiter, method string, at time.Time, what string) {
+	t.Helper()
+	eventually(t, 2*time.Second, "the admission moved to "+what+": a whole window to wait from it", func() bool {
+		res, err := lim.Peek(t.Context(), "method:"+method)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Remaining != 0 || time.Since(opened) > 500*time.Millisecond {
-			t.Fatalf("Peek %v after the opening = %+v, want the window full", time.Since(opened), res)
+		if res.Remaining != 0 || time.Since(at) > 500*time.Millisecond {
+			t.Fatalf("Peek %v after %s = %+v, want the window full", time.Since(at), what, res)
 		}
-		return res.RetryAfter+time.Since(opened) > 900*time.Millisecond // unmoved: about 700 ms
+		return res.RetryAfter+time.Since(at) > 900*time.Millisecond // unmoved: about 700 ms
 	})
 }
