@@ -104,11 +104,21 @@ func (b *bench) longExact(ctx context.Context, script *redis.Script, q int) (lon
 	window := strconv.FormatInt((24 * time.Hour).Microseconds(), 10)
 	eval := func(log string, cost int) (int64, error) {
 		id := strconv.FormatUint(rand.Uint64(), 36)
-		reply, err := script.Run(ctx, b.rdb, []string{log}, cost, id, "", 0, 1, q, window).Int64Slice()
-		if err != nil {
-			return 0, err
+		v, err := script.Run(ctx, b.rdb, []string{log}, cost, id, "", 0, 1, q, window).Result()
+		switch r := v.(type) {
+		case int64: // the short reply: admitted
+			return 1, nil
+		case []any:
+			if len(r) > 2 {
+				if n, ok := r[0].(int64); ok {
+					return n, nil
+				}
+			}
 		}
-		return reply[0], nil
+		if err == nil {
+			err = fmt.Errorf("unexpected reply %v", v)
+		}
+		return 0, err
 	}
 	prefix := b.prefix("longx")
 	for i := range longReps {

@@ -26,8 +26,9 @@ func decision(quota int, key string, keys ...string) script.Command {
 	return script.NewPlan(limits).Command(append([]string{key}, keys...), 1, rand.Text()[:8], "")
 }
 
-// admitted reports whether reply admits its request.
-func admitted(reply []int64) bool { return len(reply) > 0 && reply[0] == 1 }
+// admitted reports whether reply admits its request: the short reply, one
+// integer, always does (decide.lua).
+func admitted(reply []int64) bool { return len(reply) == 1 || len(reply) > 0 && reply[0] == 1 }
 
 // scriptHook counts, through a client's own hooks, the round trips that
 // carried allow scripts, and the scripts they carried.

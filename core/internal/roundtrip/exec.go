@@ -2,6 +2,7 @@ package roundtrip
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -156,9 +157,9 @@ func quiet(silence time.Duration, answered bool) time.Duration {
 
 // send runs the allow script for every call of batch, by EVAL for a call
 // whose last answer was NOSCRIPT and otherwise by EVALSHA, and sets each
-// call's reply and error. A lone call is its own command, whose reply
-// go-redis reads straight into integers; several go to a standalone Redis
-// as one command of the script's batch form, and otherwise as a pipeline.
+// call's reply and error. A lone call is its own command; several go to a
+// standalone Redis as one command of the script's batch form, and
+// otherwise as a pipeline.
 func (ln *lane) send(ctx context.Context, batch []*call) {
 	eval := false
 	for _, c := range batch {
@@ -171,10 +172,10 @@ func (ln *lane) send(ctx context.Context, batch []*call) {
 		if eval {
 			args = c.cmd.Eval()
 		}
-		cmd := redis.NewIntSliceCmd(ctx, args...)
+		cmd := redis.NewCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3)
 		_ = ln.d.process(ctx, cmd)
-		c.reply, c.err = cmd.Result()
+		c.reply, c.err = script.Reply(cmd.Result())
 	case ln.d.single:
 		// One script call of the batch form per chunk (script.Chunks),
 		// several in one pipeline.
@@ -198,9 +199,13 @@ func (ln *lane) send(ctx context.Context, batch []*call) {
 		}
 		i := 0
 		for k, cmd := range cmds {
-			replies, cerr := cmd.Slice()
-			if cerr == nil && replies == nil && err != nil {
+			v, cerr := cmd.Result()
+			if cerr == nil && v == nil && err != nil {
 				cerr = err // no connection: go-redis left the command untouched
+			}
+			replies, ok := v.([]any)
+			if cerr == nil && !ok {
+				cerr = fmt.Errorf("allow script: unexpected batch reply %v", v)
 			}
 			for j := range chunks[k] {
 				batch[i].reply, batch[i].err = script.BatchReply(replies, j, cerr)
@@ -227,12 +232,13 @@ func (ln *lane) send(ctx context.Context, batch []*call) {
 		}
 		_, err := pipe.Exec(ctx)
 		for i, c := range batch {
-			c.reply, c.err = cmds[i].Int64Slice()
-			if c.err == nil && c.reply == nil && err != nil {
+			v, cerr := cmds[i].Result()
+			if cerr == nil && v == nil && err != nil {
 				// go-redis leaves the commands untouched when it gets no
 				// connection (a failed dial, the pool's wait).
-				c.err = err
+				cerr = err
 			}
+			c.reply, c.err = script.Reply(v, cerr)
 		}
 	}
 }

@@ -92,7 +92,7 @@ func (c *Caller) decideAlone(ctx context.Context, cmd script.Command) outcome {
 	var reply []int64
 	err := c.Run(ctx, func(ctx context.Context) error {
 		var err error
-		reply, err = cmd.Script().Run(ctx, c.client, cmd.Keys(), cmd.Args()...).Int64Slice()
+		reply, err = script.Reply(cmd.Script().Run(ctx, c.client, cmd.Keys(), cmd.Args()...).Result())
 		return err
 	})
 	return outcome{reply: reply, err: err, h: classify(err), rt: roundTrips.Add(1)}

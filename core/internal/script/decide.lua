@@ -45,6 +45,12 @@
 --     retry_after_us  µs until this limit alone would admit the cost (0 if
 --                     it does now)
 --     reset_after_us  µs until its window holds no units
+-- or, for the commonest of all, the short reply: one integer, the one
+-- limit's remaining units, when a request of one part and one limit is
+-- admitted, is not a retried call, and that limit admits now (retry 0)
+-- with its window full for a whole window (reset_after_us its window), as
+-- an admission on Redis TIME leaves it. A table of five costs Redis more
+-- to make and reply than the rest of such a decision's Lua.
 --
 -- Time: Redis TIME by default, so every application server shares one
 -- clock; a score is the time in µs.
@@ -76,23 +82,27 @@ end
 if ARGV[1] ~= '*' and #KEYS == 1 and ARGV[4] ~= '-1' then
   local cost, nlim = 1, 1
   if ARGV[1] ~= '1' then
-    cost = tonumber(ARGV[1])
+    cost = ARGV[1] + 0
   end
   if ARGV[5] ~= '1' then
-    nlim = tonumber(ARGV[5])
+    nlim = ARGV[5] + 0
     if nlim < 0 then
       nlim, cost = -nlim, 1 -- a part that counts requests
     end
   end
   local now, score, newest = time_now, time_score, time_now
   if ARGV[3] ~= '' then
-    now, score, newest = tonumber(ARGV[3]), ARGV[3], false
+    now, score, newest = ARGV[3] + 0, ARGV[3], false
   end
+  local q1, w1 = ARGV[6] + 0, ARGV[7] + 0
   local out, allowed, duplicate = {0, 0, 0, 0, 0}, false, false
   if ARGV[4] == '0' then
-    allowed, duplicate = exact(KEYS[1], cost, ARGV[2], now, score, newest, 6, nlim, out, 3)
+    allowed, duplicate = exact(KEYS[1], cost, ARGV[2], now, score, newest, 6, nlim, q1, w1, out, 3)
   else
-    allowed, duplicate = stepped(KEYS[1], tonumber(ARGV[4]), cost, ARGV[2], now, 6, nlim, out, 3)
+    allowed, duplicate = stepped(KEYS[1], ARGV[4] + 0, cost, ARGV[2], now, 6, nlim, q1, w1, out, 3)
+  end
+  if allowed and not duplicate and nlim == 1 and out[4] == 0 and out[5] == w1 then
+    return out[3] -- the short reply
   end
   out[1], out[2] = allowed and 1 or 0, duplicate and 1 or 0
   return out
@@ -107,11 +117,11 @@ local decide_parts
 local function decide(k0, np, a)
   local cost, id, clock = 1, ARGV[a + 1], ARGV[a + 2]
   if ARGV[a] ~= '1' then
-    cost = tonumber(ARGV[a])
+    cost = ARGV[a] + 0
   end
   local now, score, newest = time_now, time_score, time_now
   if clock ~= '' then
-    now, score, newest = tonumber(clock), clock, false
+    now, score, newest = clock + 0, clock, false
   end
   local step = ARGV[a + 3]
   if np ~= 1 or step == '-1' then
@@ -119,16 +129,20 @@ local function decide(k0, np, a)
   end
   local nlim = 1
   if ARGV[a + 4] ~= '1' then
-    nlim = tonumber(ARGV[a + 4])
+    nlim = ARGV[a + 4] + 0
     if nlim < 0 then
       nlim, cost = -nlim, 1 -- a part that counts requests
     end
   end
+  local q1, w1 = ARGV[a + 5] + 0, ARGV[a + 6] + 0
   local out, allowed, duplicate = {0, 0, 0, 0, 0}, false, false
   if step == '0' then
-    allowed, duplicate = exact(KEYS[k0 + 1], cost, id, now, score, newest, a + 5, nlim, out, 3)
+    allowed, duplicate = exact(KEYS[k0 + 1], cost, id, now, score, newest, a + 5, nlim, q1, w1, out, 3)
   else
-    allowed, duplicate = stepped(KEYS[k0 + 1], tonumber(step), cost, id, now, a + 5, nlim, out, 3)
+    allowed, duplicate = stepped(KEYS[k0 + 1], step + 0, cost, id, now, a + 5, nlim, q1, w1, out, 3)
+  end
+  if allowed and not duplicate and nlim == 1 and out[4] == 0 and out[5] == w1 then
+    return out[3], a + 7 -- the short reply
   end
   out[1], out[2] = allowed and 1 or 0, duplicate and 1 or 0
   return out, a + 5 + 2 * nlim
@@ -145,8 +159,8 @@ decide_parts = function(k0, np, a, cost, id, now, score, newest)
   -- in, or the leases held in an in-flight log.
   local parts, out, fits, x, o = {}, {0, 0}, true, a + 3, 3
   for j = 1, np do
-    local step, nlim = tonumber(ARGV[x]), tonumber(ARGV[x + 1])
-    local q1, w1 = tonumber(ARGV[x + 2]), tonumber(ARGV[x + 3])
+    local step, nlim = ARGV[x] + 0, ARGV[x + 1] + 0
+    local q1, w1 = ARGV[x + 2] + 0, ARGV[x + 3] + 0
     local key, units = KEYS[k0 + j], cost
     if nlim < 0 then
       nlim, units = -nlim, 1 -- a part that counts requests
@@ -156,11 +170,11 @@ decide_parts = function(k0, np, a, cost, id, now, score, newest)
     end
     if step == 0 then
       local st = {}
-      exact(key, units, id, now, score, newest, x + 2, nlim, out, o, st)
+      exact(key, units, id, now, score, newest, x + 2, nlim, q1, w1, out, o, st)
       parts[j] = {key, step, x + 2, nlim, o, q1, w1, units, st}
     elseif step > 0 then
       local st = {}
-      stepped(key, step, units, id, now, x + 2, nlim, out, o, st)
+      stepped(key, step, units, id, now, x + 2, nlim, q1, w1, out, o, st)
       parts[j] = {key, step, x + 2, nlim, o, q1, w1, units, st}
     else
       units = 1 -- a request is one in flight, whatever its cost
@@ -169,7 +183,7 @@ decide_parts = function(k0, np, a, cost, id, now, score, newest)
     for i = 1, nlim do
       local q = q1
       if i > 1 then
-        q = tonumber(ARGV[x + 2 * i])
+        q = ARGV[x + 2 * i] + 0
       end
       if q > 0 and out[o + 3 * i - 3] + units > q then -- a shadow's quota is negative
         fits = false
@@ -203,10 +217,10 @@ decide_parts = function(k0, np, a, cost, id, now, score, newest)
   for _, p in ipairs(parts) do
     if p[2] == 0 then
       p[9].admit, p[9].allowed = admit, allowed
-      exact(p[1], p[8], id, now, score, newest, p[3], p[4], out, p[5], p[9])
+      exact(p[1], p[8], id, now, score, newest, p[3], p[4], p[6], p[7], out, p[5], p[9])
     elseif p[2] > 0 then
       p[9].admit, p[9].allowed = admit, allowed
-      stepped(p[1], p[2], p[8], id, now, p[3], p[4], out, p[5], p[9])
+      stepped(p[1], p[2], p[8], id, now, p[3], p[4], p[6], p[7], out, p[5], p[9])
     else
       -- its state: the leases held, at p[9]
       inflight_finish(p[1], now, id, admit, allowed, p[9], p[3], p[4], p[6], p[7], out, p[5])
@@ -222,7 +236,7 @@ end
 
 local replies, k0, a = {}, 0, 2
 while a <= #ARGV do
-  local np = tonumber(ARGV[a])
+  local np = ARGV[a] + 0
   local ok, out, after = pcall(decide, k0, np, a + 1)
   if not ok then
     -- Redis's error reply (a table or a string, by Redis version), or
@@ -237,7 +251,7 @@ while a <= #ARGV do
     -- The next request starts after this one's parts.
     after = a + 4
     for _ = 1, np do
-      after = after + 2 + 2 * math.abs(tonumber(ARGV[after + 1]))
+      after = after + 2 + 2 * math.abs(ARGV[after + 1] + 0)
     end
   end
   replies[#replies + 1] = out

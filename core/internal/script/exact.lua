@@ -47,7 +47,8 @@ local function exact_keep(key, drop, nrec)
 end
 
 -- exact decides a request of cost units recorded as id ("" to peek) on
--- the log key, counted by the nlim limits whose pairs start at ARGV[x], at
+-- the log key, counted by the nlim limits whose pairs start at ARGV[x]
+-- (q1 and w1 the first pair's quota and window, converted already), at
 -- now (score its decimal form; newest is now if the clock is Redis TIME,
 -- so that an admission is the log's newest unit, else false). It evicts
 -- what left the history the log keeps, counts each limit, records the
@@ -72,8 +73,7 @@ end
 -- One function for both, and the state in locals, for the lone request of
 -- one exact part is the commonest of all, and every call, argument and
 -- table costs Redis more than the rest of its Lua.
-exact = function(key, cost, id, now, score, newest, x, nlim, out, o, part)
-  local q1, w1 = tonumber(ARGV[x]), tonumber(ARGV[x + 1])
+exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, part)
   local grow, w, q, e, t, nrec, rec, n = false, 0, 0, 0, false, 0, false, 0
   local admit, allowed, duplicate = false, false, false
   if part and part.admit ~= nil then
@@ -85,7 +85,7 @@ exact = function(key, cost, id, now, score, newest, x, nlim, out, o, part)
     -- place, with no string made of W and Q; then W and Q are this limit's.
     local mine = nlim == 1 and q1 > 0 and '#r' .. ARGV[x + 1] .. ':' .. ARGV[x] .. ':'
     if m and mine and string.find(m, mine, 1, true) == 1 then
-      w, q, e, nrec, rec = w1, q1, tonumber(string.sub(m, #mine + 1)), 1, m
+      w, q, e, nrec, rec = w1, q1, string.sub(m, #mine + 1) + 0, 1, m
     else
       if m and #m > 11 then
         if string.byte(m, 2) == 116 then -- "#t", then "#r"
@@ -99,7 +99,7 @@ exact = function(key, cost, id, now, score, newest, x, nlim, out, o, part)
       for i = 1, nlim do
         local qi, wi = q1, w1
         if i > 1 then
-          qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
+          qi, wi = ARGV[x + 2 * i - 2] + 0, ARGV[x + 2 * i - 1] + 0
         end
         if qi < 0 then
           qi = -qi
@@ -112,7 +112,7 @@ exact = function(key, cost, id, now, score, newest, x, nlim, out, o, part)
         end
       end
     end
-    call('ZREMRANGEBYSCORE', key, '0', now - w)
+    call('ZREMRANGEBYSCORE', key, '0', string.format('%d', now - w))
     if t and t <= now - w then
       call('ZREMRANGEBYSCORE', key, '-2', '-2')
       nrec, t = nrec - 1, false
@@ -122,7 +122,7 @@ exact = function(key, cost, id, now, score, newest, x, nlim, out, o, part)
     for i = 1, nlim do
       local qi, wi = q1, w1
       if i > 1 then
-        qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
+        qi, wi = ARGV[x + 2 * i - 2] + 0, ARGV[x + 2 * i - 1] + 0
       end
       local c = n
       if wi < w then
@@ -150,7 +150,7 @@ exact = function(key, cost, id, now, score, newest, x, nlim, out, o, part)
     if added == 0 then
       -- Its id was there (a part's is looked for before): a retried call,
       -- for which nothing is added. Decide it as one.
-      exact(key, cost, '', now, score, newest, x, nlim, out, o)
+      exact(key, cost, '', now, score, newest, x, nlim, q1, w1, out, o)
       return true, true
     end
     if cost > 1 then
@@ -183,7 +183,7 @@ exact = function(key, cost, id, now, score, newest, x, nlim, out, o, part)
   for i = 1, nlim do
     local qi, wi = q1, w1
     if i > 1 then
-      qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
+      qi, wi = ARGV[x + 2 * i - 2] + 0, ARGV[x + 2 * i - 1] + 0
     end
     local shadow = qi < 0
     if shadow then

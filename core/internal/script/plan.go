@@ -48,6 +48,9 @@ type Plan struct {
 	spec  []any // the parts as ARGV after cost, id and now
 	order []int // order[k]: the index, among the limits, of the reply's k-th
 	hash  any   // the script its lone command runs
+	// short is the window of the plan's one limit, which a short reply
+	// (Reply) implies; 0 for a plan of several limits or an in-flight one.
+	short int64
 }
 
 // NewPlan compiles limits. The limits of one identity and one kind of log
@@ -104,6 +107,9 @@ func NewPlan(limits []Limit) *Plan {
 		}
 		p.order = append(p.order, idx...)
 	}
+	if len(limits) == 1 && !limits[0].InFlight {
+		p.short = limits[0].Window
+	}
 	if len(p.parts) == 1 {
 		switch step := p.parts[0].Step; {
 		case step == 0:
@@ -152,10 +158,16 @@ type Status struct {
 	ResetAfter int64
 }
 
-// Decode reads the reply to a decision under p into statuses, one per
-// limit in the order given to NewPlan, and reports whether the request was
-// admitted and whether it was a retried call.
+// Decode reads the reply to a decision under p (as Reply returns it) into
+// statuses, one per limit in the order given to NewPlan, and reports
+// whether the request was admitted and whether it was a retried call.
 func (p *Plan) Decode(reply []int64, statuses []Status) (allowed, duplicate bool, err error) {
+	if len(reply) == 1 && p.short > 0 && len(statuses) == 1 {
+		// The short reply: admitted, not a retried call, the one limit's
+		// remaining units, admitting now, its window full for a window.
+		statuses[0] = Status{Remaining: int(reply[0]), ResetAfter: p.short}
+		return true, false, nil
+	}
 	if len(reply) != 2+3*len(p.order) || len(statuses) != len(p.order) {
 		return false, false, fmt.Errorf("allow script: unexpected reply %v", reply)
 	}

@@ -1,13 +1,18 @@
 -- prelude.lua: what every script of the limiter starts with.
 --
 -- What costs Redis time in these scripts is less their logic than what
--- they allocate, convert and look up, so they keep all three low: numbers
--- that are constant go to redis.call as strings (Redis formats every Lua
--- number it is given); strings from ARGV become numbers once, and not at
--- all where a comparison will do; a log's state travels in locals and
--- return values rather than tables; and a function is made only when the
--- call needs it, for Redis runs the whole chunk, making every function
--- anew, at every call.
+-- they allocate, convert and look up, so they keep all three low:
+--   * numbers that are constant go to redis.call as strings, and computed
+--     ones as string.format('%d', n) (Redis formats a Lua number with
+--     "%.17g", at several times the cost; %d takes a C long, 64 bits on
+--     every 64-bit build);
+--   * strings from ARGV become numbers once, as s + 0 (tonumber converts
+--     twice; these strings are the limiter's own digits), and not at all
+--     where a comparison will do;
+--   * the commonest reply is one integer, not a table (decide.lua);
+--   * a log's state travels in locals and return values, not tables;
+--   * a function is made only when the call needs it, for Redis runs the
+--     whole chunk, making every function anew, at every call.
 local call = redis.call
 
 -- The logs' functions, which exact.lua, stepped.lua and inflight.lua

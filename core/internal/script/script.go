@@ -170,21 +170,34 @@ func BatchReply(replies []any, i int, err error) ([]int64, error) {
 	case len(replies) <= i:
 		return nil, fmt.Errorf("allow script: a batch reply of %d for more requests", len(replies))
 	}
-	switch r := replies[i].(type) {
-	case error:
-		return nil, r
+	if err, ok := replies[i].(error); ok {
+		return nil, err
+	}
+	return Reply(replies[i], nil)
+}
+
+// Reply returns the allow script's reply to one request, v as a call
+// returned it with err: its array of integers, or the short reply, one
+// integer, as a slice of one (Plan.Decode reads both).
+func Reply(v any, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	switch r := v.(type) {
+	case int64:
+		return []int64{r}, nil
 	case []any:
 		out := make([]int64, len(r))
-		for j, v := range r {
-			n, ok := v.(int64)
+		for j, e := range r {
+			n, ok := e.(int64)
 			if !ok {
-				return nil, fmt.Errorf("allow script: unexpected value %v in a batch reply", v)
+				return nil, fmt.Errorf("allow script: unexpected value %v in a reply", e)
 			}
 			out[j] = n
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("allow script: unexpected batch reply %v", replies[i])
+	return nil, fmt.Errorf("allow script: unexpected reply %v", v)
 }
 
 // Work is measured in Redis time, in units of about workUnit µs each: a

@@ -77,7 +77,7 @@ func (h *harness) keys(p *Plan) []string {
 func (h *harness) decide(p *Plan, cost int, id string) (allowed, duplicate bool, st []Status) {
 	h.t.Helper()
 	cmd := p.Command(h.keys(p), cost, id, strconv.FormatInt(h.now, 10))
-	reply, err := h.script.Run(h.t.Context(), h.rdb, cmd.Keys(), cmd.Args()...).Int64Slice()
+	reply, err := Reply(h.script.Run(h.t.Context(), h.rdb, cmd.Keys(), cmd.Args()...).Result())
 	if err != nil {
 		h.t.Fatalf("decide(cost %d, id %x): %v", cost, id, err)
 	}
@@ -202,7 +202,12 @@ func TestBatchDecidesInOrder(t *testing.T) {
 		reply, err := BatchReply(replies, i, nil)
 		got := "error"
 		if err == nil {
-			got = fmt.Sprintf("%s %d", map[bool]string{true: "allowed", false: "denied"}[reply[0] == 1], reply[2])
+			st := make([]Status, p.Limits())
+			allowed, _, err := p.Decode(reply, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = fmt.Sprintf("%s %d", map[bool]string{true: "allowed", false: "denied"}[allowed], st[0].Remaining)
 		} else if !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Errorf("request %d: error %v, want WRONGTYPE", i, err)
 		}
@@ -458,5 +463,104 @@ func TestACommandCarriesItsForm(t *testing.T) {
 		if eval := cmd.Eval(); eval[0] != "eval" || eval[1] != c.source {
 			t.Errorf("%v: the command's EVAL sends another source", c.limits)
 		}
+	}
+}
+
+// TestTheShortReplyDecodesAsTheFullOne runs one sequence of decisions of
+// one-limit plans, lone and in the batch form, through the allow script and
+// through a copy that never gives the short reply, on a caller's clock:
+// the decoded decisions must agree, and both kinds of reply must occur.
+func TestTheShortReplyDecodesAsTheFullOne(t *testing.T) {
+	const gate = "if allowed and not duplicate and nlim == 1 and"
+	if strings.Count(allowSource, gate) != 2 {
+		t.Fatalf("the allow script no longer gives the short reply where this test expects: %q", gate)
+	}
+	full := redis.NewScript(strings.ReplaceAll(allowSource, gate, "if false and"))
+	for name, p := range map[string]*Plan{
+		"exact":   NewPlan([]Limit{exact(3, time.Second)}),
+		"stepped": NewPlan([]Limit{stepped(3, time.Second, 100*time.Millisecond)}),
+		"shadow":  NewPlan([]Limit{{Quota: 2, Window: time.Second.Microseconds(), Shadow: true}}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, b := newHarness(t), newHarness(t)
+			b.log += "b"
+			kinds := map[int]int{}
+			decode := func(reply []int64) string {
+				st := make([]Status, p.Limits())
+				allowed, duplicate, err := p.Decode(reply, st)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fmt.Sprint(allowed, duplicate, st)
+			}
+			id := newID()
+			for i := range 40 {
+				if i%3 != 2 {
+					id = newID() // else a retry
+				}
+				// One clock for both scripts, the caller's: Redis TIME would
+				// move between them.
+				clock := strconv.FormatInt(a.now, 10)
+				a.now += 90_000
+				if i%10 == 9 {
+					a.now += time.Second.Microseconds()
+				}
+				ca, cb := p.Command(a.keys(p), 1, id, clock), p.Command(b.keys(p), 1, id, clock)
+				ra, err := Reply(Allow.Run(t.Context(), a.rdb, ca.Keys(), ca.Args()...).Result())
+				if err != nil {
+					t.Fatal(err)
+				}
+				rb, err := Reply(full.Run(t.Context(), b.rdb, cb.Keys(), cb.Args()...).Result())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(rb) == 1 {
+					t.Fatalf("decision %d: the copy gave a short reply", i)
+				}
+				if da, db := decode(ra), decode(rb); da != db {
+					t.Fatalf("decision %d: the reply %v decodes to %s, the full one %v to %s", i, ra, da, rb, db)
+				}
+				kinds[len(ra)]++
+				// The batch form, on keys of its own.
+				cmd := p.Command([]string{a.log + "batch" + a.keys(p)[0][len(a.log):]}, 1, id, clock)
+				replies, err := a.rdb.Do(t.Context(), Batch([]Command{cmd, cmd}, true)...).Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j := range 2 {
+					r, err := BatchReply(replies, j, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					decode(r)
+					kinds[len(r)]++
+				}
+			}
+			// A stepped window resets at a step's end, seldom a whole
+			// window after an admission: its replies are full ones.
+			if name == "exact" && (kinds[1] == 0 || kinds[5] == 0) {
+				t.Errorf("replies of %d integers: %v; want both short and full ones", p.Limits(), kinds)
+			}
+		})
+	}
+}
+
+// TestAShortReplyIsDecodedOnlyForOneLimit: a plan of several limits, or an
+// in-flight one, refuses a reply of one integer rather than guess.
+func TestAShortReplyIsDecodedOnlyForOneLimit(t *testing.T) {
+	for _, limits := range [][]Limit{
+		{exact(5, time.Second), exact(9, time.Minute)},
+		{{Quota: 2, Window: time.Second.Microseconds(), InFlight: true}},
+	} {
+		p := NewPlan(limits)
+		if _, _, err := p.Decode([]int64{4}, make([]Status, p.Limits())); err == nil {
+			t.Errorf("a plan of %v decodes a short reply", limits)
+		}
+	}
+	p := NewPlan([]Limit{exact(5, time.Second)})
+	st := make([]Status, 1)
+	allowed, duplicate, err := p.Decode([]int64{4}, st)
+	if err != nil || !allowed || duplicate || st[0] != (Status{Remaining: 4, ResetAfter: time.Second.Microseconds()}) {
+		t.Errorf("the short reply 4 decodes to %v %v %+v %v", allowed, duplicate, st[0], err)
 	}
 }

@@ -104,7 +104,7 @@ end
 
 -- stepped decides a request of cost units recorded as id ("" to peek) on
 -- the stepped log key of step, counted by the nlim limits whose pairs start
--- at ARGV[x] (as in exact.lua), at now. It evicts the buckets older than the
+-- at ARGV[x] (q1 and w1 as in exact.lua), at now. It evicts the buckets older than the
 -- history the log keeps, counts each limit, records the units in the bucket
 -- of now if the request is admitted, writes the header when the log's state
 -- calls for it (unless id is "", a peek: the log lives two windows and a
@@ -117,8 +117,7 @@ end
 -- called twice with one table, part, as exact is: the state it keeps there
 -- is grow, W, E, o, n, t, seq, the bucket an admission goes to, and whether
 -- the log is new.
-stepped = function(key, step, cost, id, now, x, nlim, out, o, part)
-  local q1, w1 = tonumber(ARGV[x]), tonumber(ARGV[x + 1])
+stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
   local grow, w, e, ob, n, t, seq, bk, new
   local admit, allowed, duplicate = false, false, false
   if part and part.admit ~= nil then
@@ -134,7 +133,7 @@ stepped = function(key, step, cost, id, now, x, nlim, out, o, part)
     for i = 1, nlim do
       local wi = w1
       if i > 1 then
-        wi = tonumber(ARGV[x + 2 * i - 1])
+        wi = ARGV[x + 2 * i - 1] + 0
       end
       if wi > w then
         grow, w = true, wi
@@ -164,7 +163,7 @@ stepped = function(key, step, cost, id, now, x, nlim, out, o, part)
     for i = 1, nlim do
       local qi, wi = q1, w1
       if i > 1 then
-        qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
+        qi, wi = ARGV[x + 2 * i - 2] + 0, ARGV[x + 2 * i - 1] + 0
       end
       local c = t
       if wi < w and t > 0 then
@@ -215,7 +214,7 @@ stepped = function(key, step, cost, id, now, x, nlim, out, o, part)
   for i = 1, nlim do
     local qi, wi = q1, w1
     if i > 1 then
-      qi, wi = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
+      qi, wi = ARGV[x + 2 * i - 2] + 0, ARGV[x + 2 * i - 1] + 0
     end
     local shadow = qi < 0
     if shadow then
