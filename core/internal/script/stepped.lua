@@ -40,7 +40,7 @@ local function ring_read(key, a, b)
     parts = {sa, RING - 1, 0, sb}
   end
   for i = 1, #parts, 2 do
-    local s = call('GETRANGE', key, RING0 + 4 * parts[i], RING0 + 4 * parts[i + 1] + 3)
+    local s = call('GETRANGE', key, string.format('%d', RING0 + 4 * parts[i]), string.format('%d', RING0 + 4 * parts[i + 1] + 3))
     local got = math.floor(#s / 4)
     if got > 0 then
       local v = {struct.unpack('>' .. string.rep('I4', got), s)}
@@ -63,9 +63,9 @@ local function ring_zero(key, a, b)
   end
   local sa, sb = a % RING, b % RING
   if sa <= sb then
-    call('SETRANGE', key, RING0 + 4 * sa, string.rep('\0', 4 * (sb - sa + 1)))
+    call('SETRANGE', key, string.format('%d', RING0 + 4 * sa), string.rep('\0', 4 * (sb - sa + 1)))
   else
-    call('SETRANGE', key, RING0 + 4 * sa, string.rep('\0', 4 * (RING - sa)))
+    call('SETRANGE', key, string.format('%d', RING0 + 4 * sa), string.rep('\0', 4 * (RING - sa)))
     call('SETRANGE', key, RING0, string.rep('\0', 4 * (sb + 1)))
   end
 end
@@ -86,7 +86,7 @@ stepped_ids = function(key, seq)
   if seq <= 0 then
     return ''
   end
-  return call('GETRANGE', key, HDR_S, HDR + ENTRY * math.min(seq, IDS) - 1)
+  return call('GETRANGE', key, HDR_S, string.format('%d', HDR + ENTRY * math.min(seq, IDS) - 1))
 end
 
 -- stepped_find returns the entry (0-based) of id among ids (as
@@ -193,20 +193,20 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
         -- exactly that length, zeroed.
         call('SETRANGE', key, SIZE - 1, '\0')
       end
-      call('BITFIELD', key, 'INCRBY', 'u32', '#' .. (RING0 / 4 + bk % RING), cost)
+      call('BITFIELD', key, 'INCRBY', 'u32', string.format('#%d', RING0 / 4 + bk % RING), string.format('%d', cost))
       if t == 0 then
         ob, n = bk, bk
       elseif bk > n then
         n = bk
       end
       t = t + cost
-      call('SETRANGE', key, HDR + ENTRY * (seq % IDS), id .. struct.pack('<dI4', bk, cost))
+      call('SETRANGE', key, string.format('%d', HDR + ENTRY * (seq % IDS)), id .. struct.pack('<dI4', bk, cost))
       seq = seq + 1
     end
     if grow or e * 1000 - now < w + step then
       local life = math.ceil((2 * w + step) / 1000) -- two windows and a step
       e = math.floor(now / 1000) + life
-      call('PEXPIRE', key, life)
+      call('PEXPIRE', key, string.format('%d', life))
     end
     header(key, ob, n, t, w, seq, e)
   end
