@@ -31,7 +31,7 @@ func TestSentinelFailover(t *testing.T) {
 	ctx := t.Context()
 	direct := redis.NewClient(&redis.Options{Addr: primary.Addr})
 	t.Cleanup(func() { _ = direct.Close() })
-	if n, err := direct.Wait(ctx, 1, 5000).Result(); err != nil || n != 1 {
+	if n, err := direct.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
 		t.Fatalf("WAIT for the replica = %d, %v, want 1", n, err)
 	}
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
