@@ -335,8 +335,15 @@ func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
 		return fmt.Sprintf("its header (o, n, t, W, seq, E) is %v, want %v", h, want)
 	}
 	const hdr, entry, ring = 48, 20, 1444
+	ids0 := hdr + 2*steppedIDHorizon
 	for i, sl := range g.ids {
-		e := d[hdr+entry*i : hdr+entry*(i+1)]
+		e := d[ids0+entry*i : ids0+entry*(i+1)]
+		// "IDS fingerprints of two bytes, the last two of the id of the
+		// entry of the same index, written with it"; a refund zeroes the
+		// entry and leaves its fingerprint.
+		if fp := d[hdr+2*i : hdr+2*i+2]; sl.id != "" && string(fp) != string(e[6:8]) {
+			return fmt.Sprintf("its fingerprint %d is %x, want %x, the end of entry %d's id", i, fp, e[6:8], i)
+		}
 		id := string(e[:8])
 		bk := int64(math.Float64frombits(binary.LittleEndian.Uint64(e[8:])))
 		units := int64(binary.LittleEndian.Uint32(e[16:]))
@@ -358,7 +365,7 @@ func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
 			}
 		}
 	}
-	ring0 := hdr + entry*steppedIDHorizon
+	ring0 := ids0 + entry*steppedIDHorizon
 	for slot := range ring {
 		got := int64(binary.BigEndian.Uint32(d[ring0+4*slot:]))
 		if want := want[slot]; got != want {

@@ -199,7 +199,7 @@ decide_parts = function(k0, np, a, cost, id, now, score, newest)
     for _, p in ipairs(parts) do
       local step, found = p[2], false
       if step > 0 then
-        found = stepped_find(stepped_ids(p[1], p[9][7]), id)
+        found = p[9].seen
       else
         found = call('ZSCORE', p[1], id)
         if found and step < 0 then

@@ -304,6 +304,40 @@ func TestSteppedIDsAreTheLastAdmissions(t *testing.T) {
 	}
 }
 
+// TestIDsSharingAFingerprint: a stepped log looks for an id among its
+// entries only when the id's fingerprint (its last two bytes) is among
+// theirs. Ids that share one, or whose fingerprint the others' straddle,
+// are each a fresh request the first time and a retried call the second,
+// alone and as a part of a request of several.
+func TestIDsSharingAFingerprint(t *testing.T) {
+	for _, limits := range [][]Limit{
+		{stepped(1000, time.Hour, time.Minute)},
+		{exact(1000, time.Hour), stepped(1000, 2*time.Hour, time.Minute)},
+	} {
+		h := newHarness(t)
+		p := NewPlan(limits)
+		last := len(limits) - 1
+		// "XY" twice, then "YX", which the first two straddle, and one
+		// id of one byte, then one of two equal to a fingerprint.
+		ids := []string{"aaaaaaXY", "bbbbbbXY", "ccccccYX", "Y", "XY"}
+		for i, id := range ids {
+			ok, dup, st := h.decide(p, 1, id)
+			if want := 1000 - i - 1; !ok || dup || st[last].Remaining != want {
+				t.Fatalf("%d limits: first call of %q = allowed %v, retried %v, %+v; want a fresh admission, %d remaining", len(limits), id, ok, dup, st[last], want)
+			}
+		}
+		for _, id := range ids {
+			ok, dup, st := h.decide(p, 1, id)
+			if want := 1000 - len(ids); !ok || !dup || st[last].Remaining != want {
+				t.Fatalf("%d limits: retry of %q = allowed %v, retried %v, %+v; want counted once, %d remaining", len(limits), id, ok, dup, st[last], want)
+			}
+		}
+		if ok, dup, _ := h.decide(p, 1, "ddddddXY"); !ok || dup {
+			t.Fatalf("%d limits: a fresh id of a known fingerprint = allowed %v, retried %v; want a fresh admission", len(limits), ok, dup)
+		}
+	}
+}
+
 // TestARetryCountsOnceInEveryPart: a retried id is found in any part, so a
 // stepped limit does not count it again once the exact log let it go.
 func TestARetryCountsOnceInEveryPart(t *testing.T) {

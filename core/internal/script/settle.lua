@@ -129,7 +129,7 @@ for i, key in ipairs(KEYS) do
     end
     local had = 0
     if e then
-      local at = HDR + ENTRY * e
+      local at = IDS0 + ENTRY * e
       local b, c = struct.unpack('<dI4', ids, ENTRY * e + 9)
       had = c
       if new and new ~= c and t > 0 and b >= o and b <= n then

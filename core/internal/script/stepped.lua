@@ -12,21 +12,30 @@
 --                    deciders' clock) until which it lives, renewed for
 --                    two windows and a step once less than a window and a
 --                    step is left.
---   [HDR, RING0)     the request ids of the last IDS admissions, in the
+--   [HDR, IDS0)      IDS fingerprints of two bytes, the last two of the id
+--                    of the entry of the same index, written with it: an
+--                    admission reads them with the header, and looks for
+--                    its id among the entries only when its fingerprint is
+--                    there (one call in about 500 that is not a retry), so
+--                    that a fresh id costs no read of the entries.
+--   [IDS0, RING0)    the request ids of the last IDS admissions, in the
 --                    order they came, entry seq % IDS holding the seq-th:
 --                    the 8-byte id, the bucket as a little-endian double
 --                    and the units as a little-endian 32-bit integer. A
 --                    retried call is found here, and a refund finds its
---                    bucket. A refunded entry is zeroed.
+--                    bucket. A refunded entry is zeroed (its fingerprint
+--                    stays: a fingerprint only sends a search here).
 --   [RING0, SIZE)    a ring of RING big-endian 32-bit counts, as BITFIELD
 --                    keeps them: bucket b in slot b % RING; slots of
 --                    buckets outside o..n hold 0.
 -- RING exceeds the most steps a window may span (1,440) by the two buckets
 -- a window straddles, and slack.
 local HDR, IDS, ENTRY, RING = 48, 128, 20, 1444
-local RING0 = HDR + IDS * ENTRY
+local IDS0 = HDR + 2 * IDS
+local RING0 = IDS0 + IDS * ENTRY
 local SIZE = RING0 + 4 * RING
-local HDR_S, HDR_LAST = '48', '47' -- HDR and HDR - 1, not formatted at every call
+-- HDR - 1, IDS0 and IDS0 - 1, not formatted at every call
+local HDR_LAST, IDS0_S, IDS0_LAST = '47', '304', '303'
 
 -- ring_read returns the counts of buckets a..b (b - a < RING) of key.
 local function ring_read(key, a, b)
@@ -86,7 +95,7 @@ stepped_ids = function(key, seq)
   if seq <= 0 then
     return ''
   end
-  return call('GETRANGE', key, HDR_S, string.format('%d', HDR + ENTRY * math.min(seq, IDS) - 1))
+  return call('GETRANGE', key, IDS0_S, string.format('%d', IDS0 + ENTRY * math.min(seq, IDS) - 1))
 end
 
 -- stepped_find returns the entry (0-based) of id among ids (as
@@ -115,16 +124,16 @@ end
 -- when its id is among the ids kept, and returns whether it is admitted and
 -- whether it was a retried call. As a part of a request of several, it is
 -- called twice with one table, part, as exact is: the state it keeps there
--- is grow, W, E, o, n, t, seq, the bucket an admission goes to, and whether
--- the log is new.
+-- is grow, W, E, o, n, t, seq, the bucket an admission goes to, whether
+-- the log is new, and its header and fingerprints as read.
 stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
-  local grow, w, e, ob, n, t, seq, bk, new
+  local grow, w, e, ob, n, t, seq, bk, new, h
   local admit, allowed, duplicate = false, false, false
   if part and part.admit ~= nil then
-    grow, w, e, ob, n, t, seq, bk, new = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9]
+    grow, w, e, ob, n, t, seq, bk, new, h = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10]
     admit, allowed = part.admit, part.allowed
   else
-    local h = call('GETRANGE', key, '0', HDR_LAST)
+    h = call('GETRANGE', key, '0', IDS0_LAST)
     ob, n, t, w, seq, e = 0, 0, 0, 0, 0, 0
     new, grow = #h < HDR, false
     if not new then
@@ -177,15 +186,29 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
         fits = false
       end
     end
+    -- A retried call: its id is among the entries. Only an id whose
+    -- fingerprint is among the first min(seq, IDS) is looked for there.
+    if id ~= '' and seq > 0 then
+      local fp, last = string.sub(id, -2), HDR + 2 * math.min(seq, IDS)
+      if #fp < 2 then
+        fp = '\0' .. fp -- as an admission writes it
+      end
+      local at = string.find(h, fp, HDR + 1, true)
+      while at and at < last and (at - HDR) % 2 == 0 do -- not at a fingerprint's start
+        at = string.find(h, fp, at + 1, true)
+      end
+      duplicate = at ~= nil and at < last and stepped_find(stepped_ids(key, seq), id) ~= nil
+    end
     if part then
-      part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9] = grow, w, e, ob, n, t, seq, bk, new
+      part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10] = grow, w, e, ob, n, t, seq, bk, new, h
+      part.seen = duplicate
       return
     end
-    duplicate = id ~= '' and stepped_find(stepped_ids(key, seq), id) ~= nil
     allowed, admit = fits or duplicate, fits and not duplicate and id ~= ''
   end
 
   if admit or id ~= '' and grow and not new then
+    local k = seq % IDS -- an admission's entry
     if admit then
       if new then
         -- Made whole at once, so Redis never grows it (and doubles it):
@@ -200,7 +223,7 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
         n = bk
       end
       t = t + cost
-      call('SETRANGE', key, string.format('%d', HDR + ENTRY * (seq % IDS)), id .. struct.pack('<dI4', bk, cost))
+      call('SETRANGE', key, string.format('%d', IDS0 + ENTRY * k), id .. struct.pack('<dI4', bk, cost))
       seq = seq + 1
     end
     if grow or e * 1000 - now < w + step then
@@ -208,7 +231,16 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
       e = math.floor(now / 1000) + life
       call('PEXPIRE', key, string.format('%d', life))
     end
-    header(key, ob, n, t, w, seq, e)
+    if admit then
+      -- The header and the fingerprints up to the admission's, at once.
+      local fp = string.sub(id, -2)
+      if #fp < 2 then
+        fp = '\0' .. fp
+      end
+      call('SETRANGE', key, '0', struct.pack('<dddddd', ob, n, t, w, seq, e) .. string.sub(h, HDR + 1, HDR + 2 * k) .. fp)
+    else
+      header(key, ob, n, t, w, seq, e)
+    end
   end
 
   for i = 1, nlim do
