@@ -45,12 +45,15 @@
 --     retry_after_us  µs until this limit alone would admit the cost (0 if
 --                     it does now)
 --     reset_after_us  µs until its window holds no units
--- or, for the commonest of all, the short reply: one integer, the one
--- limit's remaining units, when a request of one part and one limit is
--- admitted, is not a retried call, and that limit admits now (retry 0)
--- with its window full for a whole window (reset_after_us its window), as
--- an admission on Redis TIME leaves it. A table of five costs Redis more
--- to make and reply than the rest of such a decision's Lua.
+-- or, for the commonest of all, the short reply: one integer,
+--   d * 2^20 + remaining
+-- when a request of one part and one limit is admitted, is not a retried
+-- call, and that limit admits now (retry 0) with its window full for its
+-- window and d µs (reset_after_us = window + d), 0 <= d <= the part's step
+-- (0 for an exact log: d is 0 after an admission on Redis TIME; a stepped
+-- admission's bucket ends within a step), remaining < 2^20 and d < 2^33.
+-- A table of five costs Redis more to make and reply than the rest of such
+-- a decision's Lua.
 --
 -- Time: Redis TIME by default, so every application server shares one
 -- clock; a score is the time in µs.
@@ -94,15 +97,17 @@ if ARGV[1] ~= '*' and #KEYS == 1 and ARGV[4] ~= '-1' then
   if ARGV[3] ~= '' then
     now, score, newest = ARGV[3] + 0, ARGV[3], false
   end
-  local q1, w1 = ARGV[6] + 0, ARGV[7] + 0
+  local q1, w1, step = ARGV[6] + 0, ARGV[7] + 0, 0
   local out, allowed, duplicate = {0, 0, 0, 0, 0}, false, false
   if ARGV[4] == '0' then
     allowed, duplicate = exact(KEYS[1], cost, ARGV[2], now, score, newest, 6, nlim, q1, w1, out, 3)
   else
-    allowed, duplicate = stepped(KEYS[1], ARGV[4] + 0, cost, ARGV[2], now, 6, nlim, q1, w1, out, 3)
+    step = ARGV[4] + 0
+    allowed, duplicate = stepped(KEYS[1], step, cost, ARGV[2], now, 6, nlim, q1, w1, out, 3)
   end
-  if allowed and not duplicate and nlim == 1 and out[4] == 0 and out[5] == w1 then
-    return out[3] -- the short reply
+  local d = out[5] - w1
+  if allowed and not duplicate and nlim == 1 and out[4] == 0 and d >= 0 and d <= step and d < 8589934592 and out[3] < 1048576 then
+    return d * 1048576 + out[3] -- the short reply
   end
   out[1], out[2] = allowed and 1 or 0, duplicate and 1 or 0
   return out
@@ -134,15 +139,17 @@ local function decide(k0, np, a)
       nlim, cost = -nlim, 1 -- a part that counts requests
     end
   end
-  local q1, w1 = ARGV[a + 5] + 0, ARGV[a + 6] + 0
+  local q1, w1, s = ARGV[a + 5] + 0, ARGV[a + 6] + 0, 0
   local out, allowed, duplicate = {0, 0, 0, 0, 0}, false, false
   if step == '0' then
     allowed, duplicate = exact(KEYS[k0 + 1], cost, id, now, score, newest, a + 5, nlim, q1, w1, out, 3)
   else
-    allowed, duplicate = stepped(KEYS[k0 + 1], step + 0, cost, id, now, a + 5, nlim, q1, w1, out, 3)
+    s = step + 0
+    allowed, duplicate = stepped(KEYS[k0 + 1], s, cost, id, now, a + 5, nlim, q1, w1, out, 3)
   end
-  if allowed and not duplicate and nlim == 1 and out[4] == 0 and out[5] == w1 then
-    return out[3], a + 7 -- the short reply
+  local d = out[5] - w1
+  if allowed and not duplicate and nlim == 1 and out[4] == 0 and d >= 0 and d <= s and d < 8589934592 and out[3] < 1048576 then
+    return d * 1048576 + out[3], a + 7 -- the short reply
   end
   out[1], out[2] = allowed and 1 or 0, duplicate and 1 or 0
   return out, a + 5 + 2 * nlim

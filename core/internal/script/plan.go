@@ -40,6 +40,11 @@ type Part struct {
 // InFlightStep is the step of an in-flight part, as the scripts read it.
 const InFlightStep = -1
 
+// shortShift is where a short reply's reset starts (decide.lua): its
+// remaining units are the bits below, so a Limit's quota stays below
+// 2^shortShift (MaxQuota is 1,000,000).
+const shortShift = 20
+
 // Plan is a list of limits compiled into the allow script's parts: one key
 // per identity and kind of log, counted by the limits of that kind. A Plan
 // is immutable and safe for concurrent use.
@@ -162,10 +167,11 @@ type Status struct {
 // statuses, one per limit in the order given to NewPlan, and reports
 // whether the request was admitted and whether it was a retried call.
 func (p *Plan) Decode(reply []int64, statuses []Status) (allowed, duplicate bool, err error) {
-	if len(reply) == 1 && p.short > 0 && len(statuses) == 1 {
-		// The short reply: admitted, not a retried call, the one limit's
-		// remaining units, admitting now, its window full for a window.
-		statuses[0] = Status{Remaining: int(reply[0]), ResetAfter: p.short}
+	if len(reply) == 1 && p.short > 0 && len(statuses) == 1 && reply[0] >= 0 {
+		// The short reply: admitted, not a retried call, admitting now;
+		// the one limit's remaining units below 2^20, and above them the
+		// µs its window stays full beyond a window.
+		statuses[0] = Status{Remaining: int(reply[0] & (1<<shortShift - 1)), ResetAfter: p.short + reply[0]>>shortShift}
 		return true, false, nil
 	}
 	if len(reply) != 2+3*len(p.order) || len(statuses) != len(p.order) {

@@ -570,9 +570,9 @@ func TestTheShortReplyDecodesAsTheFullOne(t *testing.T) {
 					kinds[len(r)]++
 				}
 			}
-			// A stepped window resets at a step's end, seldom a whole
-			// window after an admission: its replies are full ones.
-			if name == "exact" && (kinds[1] == 0 || kinds[5] == 0) {
+			// A shadow limit over its quota still admits, with a retry:
+			// its replies past the second are full ones.
+			if name != "shadow" && (kinds[1] == 0 || kinds[5] == 0) {
 				t.Errorf("replies of %d integers: %v; want both short and full ones", p.Limits(), kinds)
 			}
 		})
@@ -596,5 +596,14 @@ func TestAShortReplyIsDecodedOnlyForOneLimit(t *testing.T) {
 	allowed, duplicate, err := p.Decode([]int64{4}, st)
 	if err != nil || !allowed || duplicate || st[0] != (Status{Remaining: 4, ResetAfter: time.Second.Microseconds()}) {
 		t.Errorf("the short reply 4 decodes to %v %v %+v %v", allowed, duplicate, st[0], err)
+	}
+	// A stepped limit's: the µs beyond a window above bit 20.
+	p = NewPlan([]Limit{stepped(1_000_000, time.Hour, time.Minute)})
+	allowed, duplicate, err = p.Decode([]int64{59_999_999<<20 | 999_999}, st)
+	if want := (Status{Remaining: 999_999, ResetAfter: time.Hour.Microseconds() + 59_999_999}); err != nil || !allowed || duplicate || st[0] != want {
+		t.Errorf("a stepped short reply decodes to %v %v %+v %v; want %+v", allowed, duplicate, st[0], err, want)
+	}
+	if _, _, err := p.Decode([]int64{-1}, st); err == nil {
+		t.Error("a negative short reply decodes")
 	}
 }
