@@ -216,7 +216,14 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
         -- exactly that length, zeroed.
         call('SETRANGE', key, SIZE - 1, '\0')
       end
-      call('BITFIELD', key, 'INCRBY', 'u32', string.format('#%d', RING0 / 4 + bk % RING), string.format('%d', cost))
+      -- A bucket past the newest, or any of an empty log, holds 0 (slots
+      -- outside o..n do): its count is written, which costs Redis about
+      -- half what an increment does.
+      if t == 0 or bk > n then
+        call('SETRANGE', key, string.format('%d', RING0 + 4 * (bk % RING)), struct.pack('>I4', cost))
+      else
+        call('BITFIELD', key, 'INCRBY', 'u32', string.format('#%d', RING0 / 4 + bk % RING), string.format('%d', cost))
+      end
       if t == 0 then
         ob, n = bk, bk
       elseif bk > n then
