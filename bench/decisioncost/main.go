@@ -1,0 +1,135 @@
+// Command decisioncost counts what the limiter's decisions cost Redis in
+// instructions, the one measure that a noisy two-core machine repeats
+// exactly: scripts/decision-cost.sh runs it beside a redis-server under
+// valgrind's callgrind.
+//
+//	decisioncost SOCKET PID KIND CALLERS
+//
+// It connects to the Redis at unix socket SOCKET, whose server process is
+// PID, and makes decisions of one limit of KIND ("exact": 1,000 per minute,
+// "stepped": 1,000,000 per minute, counted in steps) through the limiter,
+// with its own request ids, for 100 identities in turn, on CALLERS
+// goroutines (a lone caller sends each decision alone; more share round
+// trips as the limiter batches them). It makes 200 decisions an identity
+// to fill the logs (a stepped log keeps 128 ids), zeroes callgrind's
+// counters (callgrind_control -z), makes 4,000 more, dumps the counters
+// (callgrind_control -d) and prints the decisions and the EVALSHA calls
+// they took. Every decision must be admitted.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	slidelimit "github.com/slidelimit/slidelimit/core"
+)
+
+const (
+	identities = 100
+	fill       = 200 * identities
+	measured   = 4000
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "decisioncost:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) != 4 {
+		return fmt.Errorf("usage: decisioncost SOCKET PID exact|stepped CALLERS")
+	}
+	sock, pid, kind := args[0], args[1], args[2]
+	callers, err := strconv.Atoi(args[3])
+	if err != nil || callers < 1 {
+		return fmt.Errorf("CALLERS %q: want a positive number", args[3])
+	}
+	limit := slidelimit.PerMinute(slidelimit.MaxExactQuota)
+	switch kind {
+	case "exact":
+	case "stepped":
+		limit = slidelimit.PerMinute(slidelimit.MaxQuota)
+	default:
+		return fmt.Errorf("KIND %q: want exact or stepped", kind)
+	}
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	// valgrind slows Redis some fifty times: a generous timeout.
+	lim, err := slidelimit.New(rdb, limit, slidelimit.WithTimeout(time.Minute), slidelimit.WithPrefix("dc:"+kind))
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if err := decide(ctx, lim, callers, fill); err != nil {
+		return err
+	}
+	calls0, err := evalshaCalls(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	if out, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
+		return fmt.Errorf("callgrind_control -z: %v: %s", err, out)
+	}
+	if err := decide(ctx, lim, callers, measured); err != nil {
+		return err
+	}
+	if out, err := exec.Command("callgrind_control", "-d", "decisions", pid).CombinedOutput(); err != nil {
+		return fmt.Errorf("callgrind_control -d: %v: %s", err, out)
+	}
+	calls1, err := evalshaCalls(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("decisions %d evalsha %d\n", measured, calls1-calls0)
+	return nil
+}
+
+// decide makes n decisions on callers goroutines, identity i%identities
+// for the i-th.
+func decide(ctx context.Context, lim *slidelimit.Limiter, callers, n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < n; i += callers {
+				res, err := lim.Allow(ctx, strconv.Itoa(i%identities))
+				if err == nil && !res.Allowed {
+					err = fmt.Errorf("decision %d was denied", i)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// evalshaCalls returns how many EVALSHA Redis has run (INFO commandstats).
+func evalshaCalls(ctx context.Context, rdb *redis.Client) (int64, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			n, _, _ := strings.Cut(rest, ",")
+			return strconv.ParseInt(n, 10, 64)
+		}
+	}
+	return 0, nil
+}
