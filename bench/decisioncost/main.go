@@ -77,13 +77,13 @@ func run(args []string) error {
 		return err
 	}
 	if out, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
-		return fmt.Errorf("callgrind_control -z: %v: %s", err, out)
+		return fmt.Errorf("callgrind_control -z: %w: %s", err, out)
 	}
 	if err := decide(ctx, lim, callers, measured); err != nil {
 		return err
 	}
 	if out, err := exec.Command("callgrind_control", "-d", "decisions", pid).CombinedOutput(); err != nil {
-		return fmt.Errorf("callgrind_control -d: %v: %s", err, out)
+		return fmt.Errorf("callgrind_control -d: %w: %s", err, out)
 	}
 	calls1, err := evalshaCalls(ctx, rdb)
 	if err != nil {
