@@ -129,6 +129,15 @@ end
 stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
   local grow, w, e, ob, n, t, seq, bk, new, h
   local admit, allowed, duplicate = false, false, false
+  -- id's fingerprint (its last two bytes; an id of one, which the limiter
+  -- never sends, padded): the one the read looks for, the write writes.
+  local fp = ''
+  if id ~= '' then
+    fp = string.sub(id, -2)
+    if #fp < 2 then
+      fp = '\0' .. fp
+    end
+  end
   if part and part.admit ~= nil then
     grow, w, e, ob, n, t, seq, bk, new, h = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10]
     admit, allowed = part.admit, part.allowed
@@ -189,10 +198,7 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
     -- A retried call: its id is among the entries. Only an id whose
     -- fingerprint is among the first min(seq, IDS) is looked for there.
     if id ~= '' and seq > 0 then
-      local fp, last = string.sub(id, -2), HDR + 2 * math.min(seq, IDS)
-      if #fp < 2 then
-        fp = '\0' .. fp -- as an admission writes it
-      end
+      local last = HDR + 2 * math.min(seq, IDS)
       local at = string.find(h, fp, HDR + 1, true)
       while at and at < last and (at - HDR) % 2 == 0 do -- not at a fingerprint's start
         at = string.find(h, fp, at + 1, true)
@@ -240,10 +246,6 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
     end
     if admit then
       -- The header and the fingerprints up to the admission's, at once.
-      local fp = string.sub(id, -2)
-      if #fp < 2 then
-        fp = '\0' .. fp
-      end
       call('SETRANGE', key, '0', struct.pack('<dddddd', ob, n, t, w, seq, e) .. string.sub(h, HDR + 1, HDR + 2 * k) .. fp)
     else
       header(key, ob, n, t, w, seq, e)
