@@ -32,6 +32,8 @@
 --
 -- The batch form: ARGV[1] is "*", then for each request its number of
 -- parts, then its ARGV as above; KEYS hold every request's keys in order.
+-- A request whose ARGV is the one before it but for the id is written "="
+-- and its id: it has as many keys, and is decided as that one would be.
 -- The requests are decided one after another under one TIME, each with
 -- its own reply, or its own error reply (a key holding another type fails
 -- its own request only).
@@ -113,14 +115,14 @@ if ARGV[1] ~= '*' and #KEYS == 1 and ARGV[4] ~= '-1' then
   return out
 end
 
--- decide decides the request whose cost is ARGV[a], then its id, its now
--- and its np parts; its keys follow KEYS[k0]. It returns the request's
--- reply and the ARGV index after the request. A request of one exact or
--- stepped part goes to that log's function alone, one of several parts to
--- decide_parts.
+-- decide decides the request of id whose ARGV starts at ARGV[a] (its cost,
+-- an id, which a repeat does not share, its now, then its np parts) and
+-- whose keys follow KEYS[k0]. It returns the request's reply and the ARGV
+-- index after the request. A request of one exact or stepped part goes to
+-- that log's function alone, one of several parts to decide_parts.
 local decide_parts
-local function decide(k0, np, a)
-  local cost, id, clock = 1, ARGV[a + 1], ARGV[a + 2]
+local function decide(k0, np, a, id)
+  local cost, clock = 1, ARGV[a + 2]
   if ARGV[a] ~= '1' then
     cost = ARGV[a] + 0
   end
@@ -238,13 +240,20 @@ decide_parts = function(k0, np, a, cost, id, now, score, newest)
 end
 
 if ARGV[1] ~= '*' then
-  return (decide(0, #KEYS, 1))
+  return (decide(0, #KEYS, 1, ARGV[2]))
 end
 
 local replies, k0, a = {}, 0, 2
+local np, from -- the last request written whole: its parts, its ARGV
 while a <= #ARGV do
-  local np = ARGV[a] + 0
-  local ok, out, after = pcall(decide, k0, np, a + 1)
+  local ok, out, after
+  if ARGV[a] == '=' then
+    ok, out = pcall(decide, k0, np, from, ARGV[a + 1])
+    after = a + 2
+  else
+    np, from = ARGV[a] + 0, a + 1
+    ok, out, after = pcall(decide, k0, np, from, ARGV[a + 2])
+  end
   if not ok then
     -- Redis's error reply (a table or a string, by Redis version), or
     -- Lua's own error, which gets Redis's generic prefix.
@@ -256,9 +265,12 @@ while a <= #ARGV do
       out = {err = out}
     end
     -- The next request starts after this one's parts.
-    after = a + 4
-    for _ = 1, np do
-      after = after + 2 + 2 * math.abs(ARGV[after + 1] + 0)
+    after = a + 2
+    if ARGV[a] ~= '=' then
+      after = a + 4
+      for _ = 1, np do
+        after = after + 2 + 2 * math.abs(ARGV[after + 1] + 0)
+      end
     end
   end
   replies[#replies + 1] = out

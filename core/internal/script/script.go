@@ -137,28 +137,61 @@ func (cmd Command) Eval() []any {
 
 // Batch returns the arguments of one call of the allow script's batch
 // form deciding every command of cmds in order: by EVAL if eval, else by
-// EVALSHA.
+// EVALSHA. It runs the form the commands share (see Exact), or the allow
+// script if they take different forms. A command whose ARGV is the one
+// before it but for the request id goes as a repeat of that one, two
+// arguments rather than all of its own: Redis's cost of a call grows with
+// its arguments, and the commands of one batch are mostly of one Limiter.
 func Batch(cmds []Command, eval bool) []any {
-	nkeys, nargs := 0, 1
-	for _, c := range cmds {
+	nkeys, nargs, hash := 0, 1, cmds[0][1]
+	for i, c := range cmds {
 		nkeys += c.NKeys()
-		nargs += 1 + len(c.Args())
+		if i > 0 && repeats(cmds[i-1], c) {
+			nargs += 2
+		} else {
+			nargs += 1 + len(c.Args())
+		}
+		if c[1] != hash {
+			hash = allowHashArg
+		}
 	}
 	args := make([]any, 0, 3+nkeys+nargs)
 	if eval {
-		args = append(args, "eval", allowSource, nkeys)
+		args = append(args, "eval", sources[formOf(hash)], nkeys)
 	} else {
-		args = append(args, evalshaArg, allowHashArg, nkeys)
+		args = append(args, evalshaArg, hash, nkeys)
 	}
 	for _, c := range cmds {
 		args = append(args, c[3:3+c.NKeys()]...)
 	}
 	args = append(args, "*")
-	for _, c := range cmds {
+	for i, c := range cmds {
+		if i > 0 && repeats(cmds[i-1], c) {
+			args = append(args, repeatArg, c.Args()[1])
+			continue
+		}
 		args = append(args, c[2]) // the request's number of keys
 		args = append(args, c.Args()...)
 	}
 	return args
+}
+
+// repeatArg stands in the batch form for a request's number of keys when
+// the request repeats the one before it (decide.lua).
+var repeatArg any = "="
+
+// repeats reports whether c's keys are as many as prev's and its ARGV is
+// prev's but for the request id (ARGV[2]).
+func repeats(prev, c Command) bool {
+	if len(prev) != len(c) || prev[2] != c[2] {
+		return false
+	}
+	for i := 3 + c.NKeys(); i < len(c); i++ {
+		if i != 4+c.NKeys() && prev[i] != c[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // BatchReply returns the reply of request i of a batch whose command

@@ -217,6 +217,100 @@ func TestBatchDecidesInOrder(t *testing.T) {
 	}
 }
 
+// TestABatchDecidesAsLoneCalls runs one sequence of requests of several
+// plans and identities, some repeating the one before them but for the id,
+// once in the batch form and once as lone calls, on one clock: every reply
+// must agree, a key holding another type failing its own request only,
+// whether the request is written whole or as a repeat. A batch runs the
+// form its commands share, else the allow script.
+func TestABatchDecidesAsLoneCalls(t *testing.T) {
+	plans := []*Plan{
+		NewPlan([]Limit{exact(4, time.Minute)}),
+		NewPlan([]Limit{stepped(5, time.Minute, time.Second)}),
+		NewPlan([]Limit{exact(3, time.Second), stepped(6, time.Hour, time.Minute)}),
+	}
+	a, b := newHarness(t), newHarness(t)
+	b.log, b.now = b.log+"b", a.now
+	// A hash, which neither log's commands take.
+	for _, h := range []*harness{a, b} {
+		if err := a.rdb.HSet(t.Context(), h.log+"wrong", "x", 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// commands returns the sequence's commands for h, request n of the
+	// sequence taking the wrong key where bad[n].
+	commands := func(h *harness, seq [][3]int, ids []string, bad map[int]bool) []Command {
+		var cmds []Command
+		for n, r := range seq {
+			p := plans[r[0]]
+			keys := h.keys(p)
+			for k := range keys {
+				keys[k] = strings.Replace(keys[k], "{id}", "{id}"+strconv.Itoa(r[1]), 1)
+			}
+			if bad[n] {
+				keys[0] = h.log + "wrong"
+			}
+			cmds = append(cmds, p.Command(keys, r[2], ids[n], strconv.FormatInt(h.now, 10)))
+		}
+		return cmds
+	}
+	// Plan, identity, cost: runs of one plan and cost repeat, whatever the
+	// identity.
+	seq := [][3]int{{0, 0, 1}, {0, 1, 1}, {0, 2, 1}, {0, 0, 2}, {0, 0, 1}, {1, 0, 1}, {1, 1, 1}, {1, 1, 1},
+		{2, 0, 1}, {2, 1, 1}, {0, 0, 1}, {0, 1, 1}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 0, 1}}
+	bad := map[int]bool{1: true, 5: true, 7: true} // whole, whole before repeats, a repeat
+	for round := range 3 {
+		ids := make([]string, len(seq))
+		for n := range ids {
+			ids[n] = newID()
+		}
+		ids[7] = ids[6] // a retry within the batch
+		cmds := commands(a, seq, ids, bad)
+		args := Batch(cmds, false)
+		repeats := 0
+		for _, arg := range args {
+			if arg == repeatArg {
+				repeats++
+			}
+		}
+		if repeats < 6 {
+			t.Fatalf("the batch writes %d requests as repeats, want at least 6", repeats)
+		}
+		if args[1] != allowHashArg {
+			t.Fatalf("a batch of several forms runs %v, want the allow script", args[1])
+		}
+		// By EVAL, every command's keys checked.
+		args = Batch(cmds, true)
+		args[1] = strictSource
+		replies, err := a.rdb.Do(t.Context(), args...).Slice()
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for n, c := range commands(b, seq, ids, bad) {
+			lone, lerr := Reply(c.Script().Run(t.Context(), b.rdb, c.Keys(), c.Args()...).Result())
+			got, gerr := BatchReply(replies, n, nil)
+			if (lerr != nil) != (gerr != nil) || fmt.Sprint(lone) != fmt.Sprint(got) {
+				t.Fatalf("round %d, request %d: the batch answers %v %v, a lone call %v %v", round, n, got, gerr, lone, lerr)
+			}
+			if bad[n] && (gerr == nil || !strings.Contains(gerr.Error(), "WRONGTYPE")) {
+				t.Fatalf("round %d, request %d: %v, want WRONGTYPE", round, n, gerr)
+			}
+		}
+		a.now += 700_000
+		b.now += 700_000
+	}
+	// A batch of one form runs that form, by EVALSHA and by EVAL.
+	for _, p := range plans[:2] {
+		cmds := []Command{p.Command(a.keys(p), 1, newID(), ""), p.Command(a.keys(p), 1, newID(), "")}
+		if args := Batch(cmds, false); args[1] != p.hash || len(args) != 3+2+1+len(cmds[0].Args())+1+2 {
+			t.Errorf("a batch of form %v runs %v in %d arguments", p.hash, args[1], len(args))
+		}
+		if args := Batch(cmds, true); args[1] != sources[formOf(p.hash)] {
+			t.Errorf("a batch of form %v sends another source by EVAL", p.hash)
+		}
+	}
+}
+
 // TestExactLogKeepsAtMostItsLargestQuota: a window of one limit no longer
 // makes the log keep every unit another limit admits within it. The log
 // holds at most the largest quota counted in it.
