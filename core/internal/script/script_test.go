@@ -362,6 +362,47 @@ func TestATrimmedWindowCountsFullAfterARefund(t *testing.T) {
 	}
 }
 
+// TestAnEvictionIsKeptWhateverTheDecision: a stepped decision that evicts
+// the buckets that left the history its log keeps writes the log's header
+// whether it admits the request (with the admission's header), denies it or
+// only peeks; a header left behind would count the evicted units again,
+// for their ring slots are zeroed, and deny what the limit admits.
+func TestAnEvictionIsKeptWhateverTheDecision(t *testing.T) {
+	p := NewPlan([]Limit{stepped(2, time.Second, 100*time.Millisecond)})
+	for _, then := range []struct {
+		name string
+		cost int
+		id   string
+		ok   bool
+	}{{"denied", 2, newID(), false}, {"peek", 1, "", true}, {"admitted", 1, newID(), true}} {
+		t.Run(then.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.now -= h.now % 100_000 // at the start of a step
+			if ok, _, _ := h.decide(p, 1, newID()); !ok {
+				t.Fatal("the first unit was denied")
+			}
+			h.now += 500_000
+			if ok, _, _ := h.decide(p, 1, newID()); !ok {
+				t.Fatal("the second unit was denied")
+			}
+			// The first unit's bucket has left the window, a step after it.
+			h.now += 600_000
+			if ok, _, st := h.decide(p, then.cost, then.id); ok != then.ok {
+				t.Fatalf("the decision that evicts: %v %+v, want %v", ok, st, then.ok)
+			}
+			h.now += 50_000
+			want := 0 // the second unit, and the one admitted before
+			if then.name != "admitted" {
+				want = 1
+			}
+			ok, _, st := h.decide(p, 1, "")
+			if ok != (want > 0) || st[0].Remaining != want {
+				t.Fatalf("a peek after it: %v, %d left, want %d left", ok, st[0].Remaining, want)
+			}
+		})
+	}
+}
+
 // TestSteppedIDsAreTheLastAdmissions: 300 admissions in one step; the
 // newest 128 are each recognised when retried and each give back their
 // unit when refunded, the older ones are not recognised.

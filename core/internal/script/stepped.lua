@@ -128,7 +128,7 @@ end
 -- the log is new, and its header and fingerprints as read.
 stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
   local grow, w, e, ob, n, t, seq, bk, new, h
-  local admit, allowed, duplicate = false, false, false
+  local admit, allowed, duplicate, evicted = false, false, false, false
   -- id's fingerprint (its last two bytes; an id of one, which the limiter
   -- never sends, padded): the one the read looks for, the write writes.
   local fp = ''
@@ -172,7 +172,14 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
         ring_zero(key, ob, first - 1)
         ob = first
       end
-      header(key, ob, n, t, w, seq, e)
+      -- Alone, the header goes with the admission's, or at the end: no
+      -- other key is read before then, so nothing can fail between. A
+      -- part writes it now, before another part's key is read.
+      if part then
+        header(key, ob, n, t, w, seq, e)
+      else
+        evicted = true
+      end
     end
     -- An admission goes to the bucket of now, or to the newest if another
     -- clock ran ahead: later, so never too early out of any window.
@@ -266,6 +273,8 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
     else
       header(key, ob, n, t, w, seq, e)
     end
+  elseif evicted then
+    header(key, ob, n, t, w, seq, e)
   end
 
   for i = 1, nlim do
