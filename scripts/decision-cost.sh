@@ -5,8 +5,10 @@
 #
 #   scripts/decision-cost.sh [BASE]
 #
-# For the working tree, and for git revision BASE if given, one exact and
-# one stepped limit, a lone caller and 16: instructions inside Redis per
+# For the working tree, and for git revision BASE if given, one exact
+# limit, one stepped limit and one stepped limit whose logs are older than
+# its window (bench/decisioncost's kinds), a lone caller and 16:
+# instructions inside Redis per
 # decision (everything the server ran between two callgrind dumps: the
 # event loop, the commands, their replies) and decisions per EVALSHA.
 # Exact and repeatable where times on a shared two-core machine vary by
@@ -38,10 +40,9 @@ builds=(tree)
 (cd bench && go build -o "$work/decisioncost-tree" ./decisioncost)
 if [ -n "${1:-}" ]; then
 	git worktree add --detach "$work/base" "$1" >/dev/null 2>&1
-	if [ ! -d "$work/base/bench/decisioncost" ]; then
-		# An older revision: its limiter, this harness.
-		cp -r bench/decisioncost "$work/base/bench/"
-	fi
+	# BASE's limiter, this tree's harness.
+	rm -rf "$work/base/bench/decisioncost"
+	cp -r bench/decisioncost "$work/base/bench/"
 	(cd "$work/base/bench" && go build -o "$work/decisioncost-base" ./decisioncost)
 	builds+=(base)
 fi
@@ -76,7 +77,7 @@ measure() {
 }
 
 [ -n "${1:-}" ] && echo "base: $1 ($(git rev-parse --short "$1")); tree: the working tree"
-for kind in exact stepped; do
+for kind in exact stepped aged; do
 	for callers in 1 16; do
 		for b in "${builds[@]}"; do
 			measure "$b" "$kind" "$callers"

@@ -7,7 +7,14 @@
 //
 // It connects to the Redis at unix socket SOCKET, whose server process is
 // PID, and makes decisions of one limit of KIND ("exact": 1,000 per minute,
-// "stepped": 1,000,000 per minute, counted in steps) through the limiter,
+// "stepped": 1,000,000 per minute, counted in steps; "aged": the stepped
+// limit on a caller's clock (WithClock) that the fill moves through one
+// window and then moves 1.5 steps between two admissions of an identity,
+// so that every admission first evicts the bucket or two that left the
+// window, as a stepped log's admissions do once the log is older than its
+// window and they come more than a step apart; its logs expire on Redis's
+// clock, which a window of a minute outlasts under valgrind) through the
+// limiter,
 // with its own request ids, for 100 identities in turn, on CALLERS
 // goroutines (a lone caller sends each decision alone; more share round
 // trips as the limiter batches them). It makes 200 decisions an identity
@@ -25,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,7 +54,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) != 4 {
-		return fmt.Errorf("usage: decisioncost SOCKET PID exact|stepped CALLERS")
+		return fmt.Errorf("usage: decisioncost SOCKET PID exact|stepped|aged CALLERS")
 	}
 	sock, pid, kind := args[0], args[1], args[2]
 	callers, err := strconv.Atoi(args[3])
@@ -56,22 +64,33 @@ func run(args []string) error {
 	limit := slidelimit.PerMinute(slidelimit.MaxExactQuota)
 	switch kind {
 	case "exact":
-	case "stepped":
+	case "stepped", "aged":
 		limit = slidelimit.PerMinute(slidelimit.MaxQuota)
 	default:
-		return fmt.Errorf("KIND %q: want exact or stepped", kind)
+		return fmt.Errorf("KIND %q: want exact, stepped or aged", kind)
 	}
 	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	// valgrind slows Redis some fifty times: a generous timeout.
-	lim, err := slidelimit.New(rdb, limit, slidelimit.WithTimeout(time.Minute), slidelimit.WithPrefix("dc:"+kind))
+	opts := []slidelimit.Option{slidelimit.WithTimeout(time.Minute), slidelimit.WithPrefix("dc:" + kind)}
+	// The aged kind's clock, in µs, moved by tick before each decision.
+	var now, tick atomic.Int64
+	if kind == "aged" {
+		now.Store(time.Now().UnixMicro())
+		tick.Store(limit.Window.Microseconds() / fill)
+		opts = append(opts, slidelimit.WithClock(func() time.Time { return time.UnixMicro(now.Load()) }))
+	}
+	move := func() { now.Add(tick.Load()) }
+	lim, err := slidelimit.New(rdb, limit, opts...)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
-	if err := decide(ctx, lim, callers, fill); err != nil {
+	if err := decide(ctx, lim, callers, fill, move); err != nil {
 		return err
 	}
+	// A stepped limit's default step is its window over 1,440.
+	tick.Store(limit.Window.Microseconds() * 3 / 2 / 1440 / identities)
 	calls0, err := evalshaCalls(ctx, rdb)
 	if err != nil {
 		return err
@@ -79,7 +98,7 @@ func run(args []string) error {
 	if out, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
 		return fmt.Errorf("callgrind_control -z: %w: %s", err, out)
 	}
-	if err := decide(ctx, lim, callers, measured); err != nil {
+	if err := decide(ctx, lim, callers, measured, move); err != nil {
 		return err
 	}
 	if out, err := exec.Command("callgrind_control", "-d", "decisions", pid).CombinedOutput(); err != nil {
@@ -94,8 +113,8 @@ func run(args []string) error {
 }
 
 // decide makes n decisions on callers goroutines, identity i%identities
-// for the i-th.
-func decide(ctx context.Context, lim *slidelimit.Limiter, callers, n int) error {
+// for the i-th, calling before before each.
+func decide(ctx context.Context, lim *slidelimit.Limiter, callers, n int, before func()) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
 	for g := range callers {
@@ -103,6 +122,7 @@ func decide(ctx context.Context, lim *slidelimit.Limiter, callers, n int) error 
 		go func() {
 			defer wg.Done()
 			for i := g; i < n; i += callers {
+				before()
 				res, err := lim.Allow(ctx, strconv.Itoa(i%identities))
 				if err == nil && !res.Allowed {
 					err = fmt.Errorf("decision %d was denied", i)
