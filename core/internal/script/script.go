@@ -181,7 +181,8 @@ func Batch(cmds []Command, eval bool) []any {
 var repeatArg any = "="
 
 // repeats reports whether c's keys are as many as prev's and its ARGV is
-// prev's but for the request id (ARGV[2]).
+// prev's but for the request id (ARGV[2]). A Command holds only strings
+// and integers (Plan.Command), so comparing its elements cannot panic.
 func repeats(prev, c Command) bool {
 	if len(prev) != len(c) || prev[2] != c[2] {
 		return false

@@ -266,6 +266,16 @@ func TestABatchDecidesAsLoneCalls(t *testing.T) {
 		}
 		ids[7] = ids[6] // a retry within the batch
 		cmds := commands(a, seq, ids, bad)
+		for n, c := range cmds {
+			for _, arg := range c {
+				switch arg.(type) {
+				case string, int, int64:
+				default:
+					// repeats compares them with !=.
+					t.Fatalf("request %d's command holds %T", n, arg)
+				}
+			}
+		}
 		args := Batch(cmds, false)
 		repeats := 0
 		for _, arg := range args {
