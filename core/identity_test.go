@@ -109,13 +109,14 @@ func TestUserAndRouteIdentity(t *testing.T) {
 
 // FuzzIdentity checks the identity encodings for any bytes: a readable
 // header identity gives its value back, hashed ones never hold a value of
-// 16 bytes or more and keep to a fixed length, the three encodings of one
+// 16 bytes or more past the header's name and keep to a fixed length, the three encodings of one
 // value differ, and JoinIdentities splits back into its parts.
 func FuzzIdentity(f *testing.F) {
 	f.Add("X-API-Key", "s3cr3t", "a|b")
 	f.Add("", "", "")
 	f.Add("x-api-key", "clear:x", `a\|b\`)
 	f.Add("Authorization", "Bearer eyJhbGciOi...", "\x00\xff|\\")
+	f.Add("0000000000000000", "0000000000000000", "") // the name may equal the value
 	f.Fuzz(func(t *testing.T, name, value, part string) {
 		clear := slidelimit.HeaderIdentity(name, value, slidelimit.Readable())
 		prefix := "header:" + strings.ToLower(name) + ":"
@@ -128,7 +129,7 @@ func FuzzIdentity(f *testing.F) {
 			if len(id) != len(prefix)+len("sha256:")+22 && len(id) != len(prefix)+len("hmac:")+22 {
 				t.Fatalf("HeaderIdentity(%q, %q) = %q, want a 128-bit digest", name, value, id)
 			}
-			if len(value) >= 16 && strings.Contains(id, value) {
+			if len(value) >= 16 && strings.Contains(strings.TrimPrefix(id, prefix), value) {
 				t.Fatalf("HeaderIdentity(%q, %q) = %q holds the value", name, value, id)
 			}
 		}
