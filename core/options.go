@@ -31,10 +31,12 @@ const (
 	// quota. Each window of an identity's limits keeps a log of its own,
 	// admissions less than a 64th of the window apart sharing one entry, so
 	// that a limit counts an admission at most a 64th of its window longer
-	// than it was made (a window not counted on the identity before starts
-	// from the log of a longer one, at that one's resolution). Its memory
-	// is bounded by WithLocalCapacity: at most 64 entries per window, and
-	// the 8 windows counted most lately, per identity.
+	// than it was made. A window not counted on the identity lately starts
+	// from the log of the shortest longer one, at that one's resolution,
+	// or else of the longest, of which it counts only what that log kept,
+	// as a Redis log keeps the history of the longest window counted in
+	// it. Its memory is bounded by WithLocalCapacity: at most 64 entries
+	// per window, and the 8 windows counted most lately, per identity.
 	FailLocal
 )
 

@@ -787,3 +787,30 @@ func TestReplayFailLocalCountsAShortWindowAtItsOwnResolution(t *testing.T) {
 		allowOp{Lim: 0, Who: "c", Cost: 1, Req: "r4", ID: true},
 	})
 }
+
+// TestReplayALongerWindowUnderFailLocalCountsWhatTheLongestLogKept is the
+// checker's seed 16692940, cut by hand and widened to a window of a
+// second: under FailLocal an identity counted by its limiter's 1 s
+// window, then by a plan of 5 per 10 s. The plan's window is longer than
+// any FailLocal counted on the identity, so its log starts from the 1 s
+// one, which had let the first admission go, as a Redis log keeps the
+// history of the longest window counted in it: the third call is admitted
+// with one unit counted, not two. The checker took the first for counted
+// and called the admission a breach of the plan; it now mirrors which logs
+// FailLocal keeps and since when each holds every admission. The fourth
+// call is denied by the plan's one place in flight, and the fifth, whose
+// 5 s window starts from the plan's 10 s log, counts its two admissions.
+func TestReplayALongerWindowUnderFailLocalCountsWhatTheLongestLogKept(t *testing.T) {
+	plan10s := plan{slidelimit.Per(2000, time.Minute), slidelimit.Per(5, 10*time.Second), slidelimit.InFlight(3, time.Minute)}
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(100, time.Second)}, Timeout: 100 * time.Millisecond, Policy: slidelimit.FailLocal, Replicas: 2},
+	}, []op{
+		downOp{},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Req: "r1", ID: true},
+		sleepOp{D: 1100 * time.Millisecond},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Req: "r2", ID: true},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Plan: plan10s, Req: "r3", ID: true},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Plan: plan10s, Req: "r4", ID: true},
+		allowOp{Lim: 0, Who: "c", Cost: 1, Plan: plan{slidelimit.Per(4, 5*time.Second)}, Req: "r5", ID: true},
+	})
+}

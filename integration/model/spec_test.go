@@ -1539,9 +1539,83 @@ type localModel struct {
 // a 64th of its window longer than it was made; a log of a window not
 // counted from the first decision on starts from the log of another window
 // as long or longer, at that log's coarser resolution (narrowing_test.go).
+//
+// Like a Redis log, which keeps the history of the longest window counted
+// in it, FailLocal's logs keep only what some log's window held: a window
+// longer than any counted on the identity lately starts from the longest
+// log, so it holds none of what that log let go ("a window not counted on
+// the identity before starts from the log of the shortest window at least
+// as long, or else of the longest"). open mirrors which logs the identity
+// has, most recently counted first, and since when each holds every
+// admission.
 type localWindows struct {
 	always  []time.Duration
 	longest time.Duration
+	logs    []localWindowLog // at most localWindowLogs, most recently counted first
+}
+
+// localWindowLog is a log FailLocal keeps for a window of one identity:
+// it holds every admission FailLocal made on the identity after since.
+type localWindowLog struct {
+	window time.Duration
+	since  time.Time
+}
+
+// localWindowLogs is how many windows FailLocal keeps a log of per
+// identity, the most recently counted (core's localWindows).
+const localWindowLogs = 8
+
+// open mirrors a FailLocal decision's counting a window of the identity
+// at b, the latest it may have been made: a log counted before is the
+// most recently counted again; a new one starts with the admissions of
+// the log of the shortest window at least as long, or else of the
+// longest, of which it holds every one made after that log's since and
+// within that log's window of b (the source evicted at its last decision,
+// no later than b).
+func (w *localWindows) open(window time.Duration, b time.Time) {
+	for i, lg := range w.logs {
+		if lg.window == window {
+			copy(w.logs[1:i+1], w.logs[:i])
+			w.logs[0] = lg
+			return
+		}
+	}
+	var from *localWindowLog
+	for i := range w.logs {
+		o := &w.logs[i]
+		switch {
+		case o.window >= window:
+			if from == nil || from.window < window || o.window < from.window {
+				from = o
+			}
+		case from == nil || from.window < window && o.window > from.window:
+			from = o
+		}
+	}
+	lg := localWindowLog{window: window}
+	if from != nil {
+		lg.since = from.since
+		if from.window < window {
+			if t := b.Add(-from.window); t.After(lg.since) {
+				lg.since = t
+			}
+		}
+	}
+	w.logs = slices.Insert(w.logs, 0, lg)
+	if len(w.logs) > localWindowLogs {
+		w.logs = w.logs[:localWindowLogs]
+	}
+}
+
+// heldSince returns since when the identity's log of window holds every
+// admission FailLocal made on it (open first).
+func (w *localWindows) heldSince(window time.Duration) time.Time {
+	for _, lg := range w.logs {
+		if lg.window == window {
+			return lg.since
+		}
+	}
+	return time.Time{}
 }
 
 // note records that a FailLocal decision on the identity behind name
@@ -1621,6 +1695,12 @@ func (lm *localModel) judge(res slidelimit.Result, cl call, peek bool) string {
 	for i := range cl.limits {
 		lm.note(localName(cl, i), cl.limits)
 	}
+	// The logs the decision counted, in its order (core's decide).
+	for i, l := range cl.limits {
+		if !l.InFlight {
+			lm.windows[strings.TrimSuffix(localName(cl, i), "#req")].open(l.Window, b)
+		}
+	}
 	for i, l := range cl.limits {
 		share := localShare(l.Quota, lm.replicas)
 		name := localName(cl, i)
@@ -1638,8 +1718,9 @@ func (lm *localModel) judge(res slidelimit.Result, cl call, peek bool) string {
 				}
 			}
 		} else {
+			since := lm.windows[strings.TrimSuffix(name, "#req")].heldSince(l.Window)
 			for _, e := range lm.logs[name] {
-				if !e.maybe && e.lo.After(b.Add(-l.Window)) {
+				if !e.maybe && e.lo.After(b.Add(-l.Window)) && e.lo.After(since) {
 					lo += e.units
 				}
 				if e.hi.Add(lm.slack(name, l.Window)).After(a.Add(-l.Window)) {
