@@ -165,18 +165,25 @@ func TestSteppedAndExactAreAtomic(t *testing.T) {
 	}
 }
 
-// steppedLog decodes a stepped log (see internal/script/stepped.lua): the total its header
-// holds, and how many of its ring's counts are not 0.
+// steppedLog decodes a stepped log (see internal/script/stepped.lua): the
+// total its header holds, and how many of its buckets count units: the
+// ring's counts that are not 0, and the newest bucket's, which the header
+// holds.
 func steppedLog(t *testing.T, rdb redis.Cmdable, key string) (total int64, buckets int) {
 	t.Helper()
 	raw, err := rdb.Get(t.Context(), key).Bytes()
-	// A header of 48 bytes and 128 request ids of 20, then 4-byte counts.
-	const ring = 48 + 128*20
-	if err != nil || len(raw) < ring || (len(raw)-ring)%4 != 0 {
-		t.Fatalf("GET %s = %d bytes, %v; want %d bytes of header and ids, then 4-byte counts", key, len(raw), err, ring)
+	// A header of 56 bytes, 128 fingerprints of 2 and 128 request ids of
+	// 20, then 1,444 4-byte counts.
+	const ring = 56 + 128*2 + 128*20
+	if err != nil || len(raw) != ring+4*1444 {
+		t.Fatalf("GET %s = %d bytes, %v; want %d bytes of header and ids, then 1,444 4-byte counts", key, len(raw), err, ring)
 	}
-	total = int64(math.Float64frombits(binary.LittleEndian.Uint64(raw[16:24])))
-	sum := int64(0)
+	double := func(i int) int64 { return int64(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))) }
+	total = double(2)
+	sum := double(6) // p, the newest bucket's count
+	if sum > 0 {
+		buckets++
+	}
 	for i := ring; i < len(raw); i += 4 {
 		if c := binary.BigEndian.Uint32(raw[i:]); c > 0 {
 			buckets++

@@ -6,8 +6,9 @@
 #   scripts/decision-cost.sh [BASE]
 #
 # For the working tree, and for git revision BASE if given, one exact
-# limit, one stepped limit and one stepped limit whose logs are older than
-# its window (bench/decisioncost's kinds), a lone caller and 16:
+# limit, one stepped limit, one stepped limit whose logs are older than its
+# window and one whose identities admit several requests a step
+# (bench/decisioncost's kinds), a lone caller and 16:
 # instructions inside Redis per
 # decision (everything the server ran between two callgrind dumps: the
 # event loop, the commands, their replies) and decisions per EVALSHA.
@@ -77,7 +78,7 @@ measure() {
 }
 
 [ -n "${1:-}" ] && echo "base: $1 ($(git rev-parse --short "$1")); tree: the working tree"
-for kind in exact stepped aged; do
+for kind in exact stepped aged dense; do
 	for callers in 1 16; do
 		for b in "${builds[@]}"; do
 			measure "$b" "$kind" "$callers"

@@ -13,9 +13,11 @@
 // so that every admission first evicts the bucket or two that left the
 // window, as a stepped log's admissions do once the log is older than its
 // window and they come more than a step apart; its logs expire on Redis's
-// clock, which a window of a minute outlasts under valgrind) through the
-// limiter,
-// with its own request ids, for 100 identities in turn, on CALLERS
+// clock, which a window of a minute outlasts under valgrind); "dense": the
+// stepped limit on a caller's clock that moves a quarter of a step between
+// two admissions of an identity, so that three admissions in four go to
+// the newest bucket, as a busy identity's do) through the limiter, with its
+// own request ids, for 100 identities in turn, on CALLERS
 // goroutines (a lone caller sends each decision alone; more share round
 // trips as the limiter batches them). It makes 200 decisions an identity
 // to fill the logs (a stepped log keeps 128 ids), zeroes callgrind's
@@ -54,7 +56,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) != 4 {
-		return fmt.Errorf("usage: decisioncost SOCKET PID exact|stepped|aged CALLERS")
+		return fmt.Errorf("usage: decisioncost SOCKET PID exact|stepped|aged|dense CALLERS")
 	}
 	sock, pid, kind := args[0], args[1], args[2]
 	callers, err := strconv.Atoi(args[3])
@@ -64,20 +66,27 @@ func run(args []string) error {
 	limit := slidelimit.PerMinute(slidelimit.MaxExactQuota)
 	switch kind {
 	case "exact":
-	case "stepped", "aged":
+	case "stepped", "aged", "dense":
 		limit = slidelimit.PerMinute(slidelimit.MaxQuota)
 	default:
-		return fmt.Errorf("KIND %q: want exact, stepped or aged", kind)
+		return fmt.Errorf("KIND %q: want exact, stepped, aged or dense", kind)
 	}
 	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	// valgrind slows Redis some fifty times: a generous timeout.
 	opts := []slidelimit.Option{slidelimit.WithTimeout(time.Minute), slidelimit.WithPrefix("dc:" + kind)}
-	// The aged kind's clock, in µs, moved by tick before each decision.
+	// The aged and dense kinds' clock, in µs, moved by tick before each
+	// decision. A stepped limit's default step is its window over 1,440.
+	step := limit.Window.Microseconds() / 1440
 	var now, tick atomic.Int64
-	if kind == "aged" {
-		now.Store(time.Now().UnixMicro())
+	switch kind {
+	case "aged":
 		tick.Store(limit.Window.Microseconds() / fill)
+	case "dense":
+		tick.Store(step / 4 / identities)
+	}
+	if tick.Load() > 0 {
+		now.Store(time.Now().UnixMicro())
 		opts = append(opts, slidelimit.WithClock(func() time.Time { return time.UnixMicro(now.Load()) }))
 	}
 	move := func() { now.Add(tick.Load()) }
@@ -89,8 +98,9 @@ func run(args []string) error {
 	if err := decide(ctx, lim, callers, fill, move); err != nil {
 		return err
 	}
-	// A stepped limit's default step is its window over 1,440.
-	tick.Store(limit.Window.Microseconds() * 3 / 2 / 1440 / identities)
+	if kind == "aged" {
+		tick.Store(step * 3 / 2 / identities)
+	}
 	calls0, err := evalshaCalls(ctx, rdb)
 	if err != nil {
 		return err

@@ -155,7 +155,7 @@ func (s *stored) String() string {
 			continue
 		}
 		hd := header(ss.data)
-		fmt.Fprintf(&b, "; stepped log of %v (ttl %v): o %d n %d t %d W %d seq %d E %d", micro(step), ss.ttl, hd[0], hd[1], hd[2], hd[3], hd[4], hd[5])
+		fmt.Fprintf(&b, "; stepped log of %v (ttl %v): o %d n %d t %d W %d seq %d E %d p %d", micro(step), ss.ttl, hd[0], hd[1], hd[2], hd[3], hd[4], hd[5], hd[6])
 	}
 	return b.String()
 }
@@ -305,9 +305,9 @@ func (x *xlog) holdsStored(s *stored) string {
 	return ""
 }
 
-// header returns a stepped log's header: o, n, t, W, seq and E.
-func header(data []byte) [6]int64 {
-	var h [6]int64
+// header returns a stepped log's header: o, n, t, W, seq, E and p.
+func header(data []byte) [7]int64 {
+	var h [7]int64
 	for i := range h {
 		h[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64(data[8*i:])))
 	}
@@ -331,10 +331,16 @@ func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
 		return fmt.Sprintf("its TTL is %v, want it to end in %v..%v", ss.ttl, g.exp.lo.Sub(a), g.exp.hi.Sub(b))
 	}
 	d := ss.data
-	if h, want := header(d), [6]int64{g.o, g.n, g.t, g.w, g.seq, g.e}; h != want {
-		return fmt.Sprintf("its header (o, n, t, W, seq, E) is %v, want %v", h, want)
+	// "p, the units of bucket n", which counts in the header, not in its
+	// slot.
+	var p int64
+	if g.t > 0 {
+		p = g.buckets[g.n]
 	}
-	const hdr, entry, ring = 48, 20, 1444
+	if h, want := header(d), [7]int64{g.o, g.n, g.t, g.w, g.seq, g.e, p}; h != want {
+		return fmt.Sprintf("its header (o, n, t, W, seq, E, p) is %v, want %v", h, want)
+	}
+	const hdr, entry, ring = 56, 20, 1444
 	ids0 := hdr + 2*steppedIDHorizon
 	for i, sl := range g.ids {
 		e := d[ids0+entry*i : ids0+entry*(i+1)]
@@ -360,7 +366,7 @@ func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
 	var want [ring]int64
 	if g.t > 0 {
 		for bk, v := range g.buckets {
-			if bk >= g.o && bk <= g.n {
+			if bk >= g.o && bk < g.n {
 				want[bk%ring] += v
 			}
 		}

@@ -2,7 +2,9 @@ package script
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -751,4 +753,150 @@ func TestAShortReplyIsDecodedOnlyForOneLimit(t *testing.T) {
 	if _, _, err := p.Decode([]int64{-1}, st); err == nil {
 		t.Error("a negative short reply decodes")
 	}
+}
+
+// TestTheNewestBucketCountsInTheHeader walks one stepped log of two limits
+// through admissions, a bucket's flush to its slot, refunds and settles of
+// the newest bucket and of older ones, units moved later into, onto and
+// past the newest bucket, and its eviction. After each step it checks
+// every limit's status, from a peek and from requests over the limits,
+// against the log's buckets as the test keeps them, and that the log holds
+// them where stepped.lua says: the newest bucket's count in the header's
+// p, its slot 0, the other buckets' in their slots, every other slot 0.
+func TestTheNewestBucketCountsInTheHeader(t *testing.T) {
+	const step, ring, ring0 = int64(1_000_000), 1444, 56 + 128*2 + 128*20
+	limits := []Limit{stepped(20, 4*time.Second, time.Second), stepped(9, 2*time.Second, time.Second)}
+	p := NewPlan(limits)
+	h := newHarness(t)
+	start := h.now - h.now%step + step
+	b0 := start / step
+	at := func(d time.Duration) { h.now = start + d.Microseconds() }
+	// The log as the test keeps it: each bucket's units, and the newest
+	// bucket, which a refund does not move back.
+	buckets := map[int64]int64{}
+	var newest int64
+	total := func() (sum int64) {
+		for _, u := range buckets {
+			sum += u
+		}
+		return sum
+	}
+	check := func(what string) {
+		t.Helper()
+		for _, cost := range []int{1, 5, 15} {
+			_, _, st := h.decide(p, cost, "")
+			for i, l := range limits {
+				from := (h.now - l.Window) / step // a limit counts the buckets from now - w's
+				var c int64
+				for b, u := range buckets {
+					if b >= from {
+						c += u
+					}
+				}
+				want := Status{Remaining: int(max(int64(l.Quota)-c, 0))}
+				if k := c + int64(cost) - int64(l.Quota); k > 0 {
+					for b := from; b <= newest; b++ {
+						if k -= buckets[b]; k <= 0 {
+							want.RetryAfter = (b+1)*step + l.Window - h.now
+							break
+						}
+					}
+				}
+				if c > 0 {
+					want.ResetAfter = max((newest+1)*step+l.Window-h.now, 0)
+				}
+				if st[i] != want {
+					t.Fatalf("%s: limit %d, cost %d: %+v, want %+v (buckets %v, b0 %d)", what, i, cost, st[i], want, buckets, b0)
+				}
+			}
+		}
+		raw, err := h.rdb.Get(t.Context(), h.keys(p)[0]).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdr := func(i int) int64 { return int64(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))) }
+		o, n, tt, pn := hdr(0), hdr(1), hdr(2), hdr(6)
+		if tt != total() || tt > 0 && (n != newest || pn != buckets[n]) || tt == 0 && pn != 0 {
+			t.Fatalf("%s: header n b0%+d, t %d, p %d; want n b0%+d, t %d, p %d", what, n-b0, tt, pn, newest-b0, total(), buckets[newest])
+		}
+		var want [ring]int64
+		for b, u := range buckets {
+			if b >= o && b < n {
+				want[b%ring] = u
+			}
+		}
+		for slot := range ring {
+			if got := int64(binary.BigEndian.Uint32(raw[ring0+4*slot:])); got != want[slot] {
+				t.Fatalf("%s: slot %d holds %d, want %d (o b0%+d, n b0%+d, buckets %v)", what, slot, got, want[slot], o-b0, n-b0, buckets)
+			}
+		}
+	}
+	admit := func(cost int) string {
+		t.Helper()
+		id := newID()
+		if ok, _, st := h.decide(p, cost, id); !ok {
+			t.Fatalf("an admission of %d was denied: %+v", cost, st)
+		}
+		bk := h.now / step
+		if total() == 0 {
+			newest = bk
+		}
+		newest = max(newest, bk)
+		buckets[newest] += int64(cost)
+		return id
+	}
+	// settle settles id, recorded in bucket from, to cost (below 0: kept),
+	// its units later by shift.
+	settle := func(id string, recorded, cost int, shift int64, from int64) {
+		t.Helper()
+		args := p.SettleArgs(id, recorded, cost, "", strconv.FormatInt(h.now, 10), shift)
+		if _, err := strictSettle.Run(t.Context(), h.rdb, h.keys(p), args...).Int64Slice(); err != nil {
+			t.Fatalf("settle: %v", err)
+		}
+		if cost < 0 {
+			cost = recorded
+		}
+		to := from + (shift+step-1)/step
+		buckets[from] -= int64(recorded)
+		buckets[to] += int64(cost)
+		newest = max(newest, to)
+	}
+
+	at(100 * time.Millisecond)
+	a := admit(2)
+	at(500 * time.Millisecond)
+	bq := admit(1)
+	check("two admissions to b0")
+	at(1200 * time.Millisecond)
+	c := admit(1)
+	check("b0 flushed, b0+1 the newest")
+	settle(bq, 1, 0, 0, b0)
+	check("a refund in b0")
+	settle(c, 1, 3, 0, b0+1)
+	check("a settle up in the newest bucket")
+	settle(c, 3, 2, 0, b0+1)
+	check("a settle down in the newest bucket")
+	settle(a, 2, -1, 2*step, b0)
+	check("units moved past the newest bucket")
+	at(2300 * time.Millisecond)
+	d := admit(3)
+	check("an admission to the newest bucket")
+	settle(c, 2, -1, step, b0+1)
+	check("units moved onto the newest bucket")
+	settle(d, 3, -1, step, b0+2)
+	check("units moved from the newest bucket past it")
+	settle(d, 3, 0, 0, b0+3)
+	check("the newest bucket refunded")
+	at(3500 * time.Millisecond)
+	admit(1)
+	check("an admission after the newest bucket was refunded")
+	at(6200 * time.Millisecond) // b0 and b0+1 leave the 4 s the log keeps
+	delete(buckets, b0)
+	delete(buckets, b0+1)
+	admit(1)
+	check("an admission that evicts")
+	at(12 * time.Second) // all of it leaves
+	buckets = map[int64]int64{}
+	admit(2)
+	check("an admission after the whole log left")
 }

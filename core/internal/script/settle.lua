@@ -121,9 +121,9 @@ for i, key in ipairs(KEYS) do
     end
   elseif step > 0 then
     local h = call('GETRANGE', key, '0', HDR_LAST)
-    local o, n, t, w, seq, exp, e, ids = 0, 0, 0, 0, 0, 0, nil, ''
+    local o, n, t, w, seq, exp, p, e, ids = 0, 0, 0, 0, 0, 0, 0, nil, ''
     if #h == HDR then
-      o, n, t, w, seq, exp = struct.unpack('<dddddd', h)
+      o, n, t, w, seq, exp, p = struct.unpack('<ddddddd', h)
       ids = stepped_ids(key, seq)
       e = stepped_find(ids, id)
     end
@@ -132,15 +132,25 @@ for i, key in ipairs(KEYS) do
       local at = IDS0 + ENTRY * e
       local b, c = struct.unpack('<dI4', ids, ENTRY * e + 9)
       had = c
-      if new and new ~= c and t > 0 and b >= o and b <= n then
+      local kept = t > 0 and b >= o and b <= n
+      if new and new ~= c and kept then
+        -- Bucket b's count: its slot's, or the header's p for the newest.
         local slot = '#' .. (RING0 / 4 + b % RING)
         local delta = new - c
-        if delta < 0 then
-          delta = -math.min(call('BITFIELD', key, 'GET', 'u32', slot)[1], -delta)
+        if b == n then
+          delta = math.max(delta, -p)
+          p = p + delta
+        else
+          if delta < 0 then
+            delta = -math.min(call('BITFIELD', key, 'GET', 'u32', slot)[1], -delta)
+          end
+          if delta ~= 0 then
+            call('BITFIELD', key, 'INCRBY', 'u32', slot, delta)
+          end
         end
         if delta ~= 0 then
-          call('BITFIELD', key, 'INCRBY', 'u32', slot, delta)
-          call('SETRANGE', key, '0', struct.pack('<dddddd', o, n, t + delta, w, seq, exp))
+          t = t + delta
+          call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, seq, exp, p))
         end
       end
       if new == 0 then
@@ -150,18 +160,38 @@ for i, key in ipairs(KEYS) do
       end
       local by = math.ceil(shift / step)
       local now_cost = new or c
-      if by > 0 and now_cost > 0 and t > 0 and b >= o and b <= n then
-        -- Later by whole steps: the units move from bucket b to b + by.
-        local h2 = call('GETRANGE', key, '0', HDR_LAST)
-        o, n, t, w, seq, exp = struct.unpack('<dddddd', h2)
-        local from, to = '#' .. (RING0 / 4 + b % RING), '#' .. (RING0 / 4 + (b + by) % RING)
-        local moved = math.min(call('BITFIELD', key, 'GET', 'u32', from)[1], now_cost)
+      if by > 0 and now_cost > 0 and kept then
+        -- Later by whole steps: the units move from bucket b to b + by,
+        -- each count its slot's or, the newest's, p.
+        local d = b + by
+        local from = '#' .. (RING0 / 4 + b % RING)
+        local moved
+        if b == n then
+          moved = math.min(p, now_cost)
+        else
+          moved = math.min(call('BITFIELD', key, 'GET', 'u32', from)[1], now_cost)
+        end
         if moved > 0 then
-          call('BITFIELD', key, 'INCRBY', 'u32', from, -moved, 'INCRBY', 'u32', to, moved)
-          call('SETRANGE', key, '0', struct.pack('<dddddd', o, math.max(n, b + by), t, w, seq, exp))
-          call('SETRANGE', key, at + 8, struct.pack('<d', b + by))
+          if b == n then
+            p = p - moved
+          else
+            call('BITFIELD', key, 'INCRBY', 'u32', from, -moved)
+          end
+          if d < n then
+            call('BITFIELD', key, 'INCRBY', 'u32', '#' .. (RING0 / 4 + d % RING), moved)
+          elseif d == n then
+            p = p + moved
+          else
+            -- d becomes the newest: n's count goes to its slot.
+            if p > 0 then
+              call('SETRANGE', key, RING0 + 4 * (n % RING), struct.pack('>I4', p))
+            end
+            n, p = d, moved
+          end
+          call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, seq, exp, p))
+          call('SETRANGE', key, at + 8, struct.pack('<d', d))
           local tm = call('TIME')
-          live(key, math.ceil(((b + by + 1) * step + w - (tm[1] * 1000000 + tm[2])) / 1000))
+          live(key, math.ceil(((d + 1) * step + w - (tm[1] * 1000000 + tm[2])) / 1000))
         end
       end
     end

@@ -4,14 +4,14 @@
 -- A stepped log counts units per step-long bucket (bucket b covers the µs
 -- b*step up to (b+1)*step) rather than one member per unit, so that its
 -- size does not grow with its quota. It is one string:
---   [0, HDR)         a header of six little-endian doubles: o, the oldest
+--   [0, HDR)         a header of seven little-endian doubles: o, the oldest
 --                    bucket kept; n, the newest; t, the units in o..n; W,
 --                    the longest window counted at this step while the log
 --                    lives (it keeps W of history); seq, how many
---                    admissions it recorded; and E, the Unix ms (on the
+--                    admissions it recorded; E, the Unix ms (on the
 --                    deciders' clock) until which it lives, renewed for
 --                    two windows and a step once less than a window and a
---                    step is left.
+--                    step is left; and p, the units of bucket n.
 --   [HDR, IDS0)      IDS fingerprints of two bytes, the last two of the id
 --                    of the entry of the same index, written with it: an
 --                    admission reads them with the header, and looks for
@@ -26,22 +26,35 @@
 --                    bucket. A refunded entry is zeroed (its fingerprint
 --                    stays: a fingerprint only sends a search here).
 --   [RING0, SIZE)    a ring of RING big-endian 32-bit counts, as BITFIELD
---                    keeps them: bucket b in slot b % RING; slots of
---                    buckets outside o..n hold 0.
+--                    keeps them: bucket b in slot b % RING, for b in
+--                    o..n-1. Every other slot holds 0, n's too: the newest
+--                    bucket counts in the header (p), so that an admission
+--                    to it, the commonest, writes no slot. A bucket's
+--                    count goes to its slot once a later one is the newest.
 -- RING exceeds the most steps a window may span (1,440) by the two buckets
 -- a window straddles, and slack.
-local HDR, IDS, ENTRY, RING = 48, 128, 20, 1444
+local HDR, IDS, ENTRY, RING = 56, 128, 20, 1444
 local IDS0 = HDR + 2 * IDS
 local RING0 = IDS0 + IDS * ENTRY
 local SIZE = RING0 + 4 * RING
 -- HDR - 1, IDS0 and IDS0 - 1, not formatted at every call
-local HDR_LAST, IDS0_S, IDS0_LAST = '47', '304', '303'
+local HDR_LAST, IDS0_S, IDS0_LAST = '55', '312', '311'
 
--- ring_read returns the counts of buckets a..b (b - a < RING) of key.
-local function ring_read(key, a, b)
+-- ring_read returns the counts of buckets a..b (b - a < RING) of key;
+-- given p, of a..b with b the newest bucket, whose count p the header
+-- holds (one function, not two: Redis makes every function of the chunk
+-- anew at every call).
+local function ring_read(key, a, b, p)
   local out = {}
   if b < a then
     return out
+  end
+  if p then
+    b = b - 1
+    if b < a then
+      out[1] = p
+      return out
+    end
   end
   local sa, sb = a % RING, b % RING
   local parts = {sa, sb}
@@ -60,6 +73,9 @@ local function ring_read(key, a, b)
     for _ = got + 1, parts[i + 1] - parts[i] + 1 do
       out[#out + 1] = 0
     end
+  end
+  if p then
+    out[#out + 1] = p
   end
   return out
 end
@@ -80,8 +96,8 @@ local function ring_zero(key, a, b)
 end
 
 -- header writes key's header.
-local function header(key, o, n, t, w, seq, e)
-  call('SETRANGE', key, '0', struct.pack('<dddddd', o, n, t, w, seq, e))
+local function header(key, o, n, t, w, seq, e, p)
+  call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, seq, e, p))
 end
 
 -- stepped_ids returns the entries of the log key that hold ids, entry 0
@@ -125,9 +141,9 @@ end
 -- whether it was a retried call. As a part of a request of several, it is
 -- called twice with one table, part, as exact is: the state it keeps there
 -- is grow, W, E, o, n, t, seq, the bucket an admission goes to, whether
--- the log is new, and its header and fingerprints as read.
+-- the log is new, its header and fingerprints as read, and p.
 stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
-  local grow, w, e, ob, n, t, seq, bk, new, h
+  local grow, w, e, ob, n, t, seq, bk, new, h, p
   local admit, allowed, duplicate, evicted = false, false, false, false
   -- id's fingerprint (its last two bytes; an id of one, which the limiter
   -- never sends, padded): the one the read looks for, the write writes.
@@ -139,14 +155,14 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
     end
   end
   if part and part.admit ~= nil then
-    grow, w, e, ob, n, t, seq, bk, new, h = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10]
+    grow, w, e, ob, n, t, seq, bk, new, h, p = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10], part[11]
     admit, allowed = part.admit, part.allowed
   else
     h = call('GETRANGE', key, '0', IDS0_LAST)
-    ob, n, t, w, seq, e = 0, 0, 0, 0, 0, 0
+    ob, n, t, w, seq, e, p = 0, 0, 0, 0, 0, 0, 0
     new, grow = #h < HDR, false
     if not new then
-      ob, n, t, w, seq, e = struct.unpack('<dddddd', h)
+      ob, n, t, w, seq, e, p = struct.unpack('<ddddddd', h)
     end
     for i = 1, nlim do
       local wi = w1
@@ -163,8 +179,10 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
     first = first - first % 1
     if t > 0 and ob < first then
       if n < first then
-        ring_zero(key, ob, n) -- all of it left the history kept
-        t = 0
+        if ob < n then
+          ring_zero(key, ob, n - 1) -- all of it left the history kept
+        end
+        t, p = 0, 0
       else
         for _, c in ipairs(ring_read(key, ob, first - 1)) do
           t = t - c
@@ -176,7 +194,7 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
       -- other key is read before then, so nothing can fail between. A
       -- part writes it now, before another part's key is read.
       if part then
-        header(key, ob, n, t, w, seq, e)
+        header(key, ob, n, t, w, seq, e, p)
       else
         evicted = true
       end
@@ -197,7 +215,7 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
       local c = t
       if wi < w and t > 0 then
         c = 0
-        for _, units in ipairs(ring_read(key, math.max(math.floor((now - wi) / step), ob), n)) do
+        for _, units in ipairs(ring_read(key, math.max(math.floor((now - wi) / step), ob), n, p)) do
           c = c + units
         end
       end
@@ -220,7 +238,7 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
       duplicate = at ~= nil and at < last and stepped_find(stepped_ids(key, seq), id) ~= nil
     end
     if part then
-      part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10] = grow, w, e, ob, n, t, seq, bk, new, h
+      part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10], part[11] = grow, w, e, ob, n, t, seq, bk, new, h, p
       part.seen = duplicate
       return
     end
@@ -236,27 +254,22 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
         -- exactly that length, zeroed.
         call('SETRANGE', key, SIZE - 1, '\0')
       end
-      -- A bucket past the newest, or any of an empty log, holds 0 (slots
-      -- outside o..n do): its count is written, which costs Redis about
-      -- half what an increment does.
-      -- A cost of 1, the commonest, is written as a constant.
-      if t == 0 or bk > n then
-        local count = '\0\0\0\1'
-        if cost ~= 1 then
-          count = struct.pack('>I4', cost)
-        end
-        call('SETRANGE', key, string.format('%d', RING0 + 4 * (bk % RING)), count)
-      else
-        local by = '1'
-        if cost ~= 1 then
-          by = string.format('%d', cost)
-        end
-        call('BITFIELD', key, 'INCRBY', 'u32', string.format('#%d', RING0 / 4 + bk % RING), by)
-      end
+      -- The units go to the newest bucket's count in the header. A
+      -- bucket past the newest becomes the newest: the count of the one
+      -- before goes to its slot, which holds 0 until then.
       if t == 0 then
-        ob, n = bk, bk
+        ob, n, p = bk, bk, cost
       elseif bk > n then
-        n = bk
+        if p > 0 then
+          local count = '\0\0\0\1' -- the commonest, a constant
+          if p ~= 1 then
+            count = struct.pack('>I4', p)
+          end
+          call('SETRANGE', key, string.format('%d', RING0 + 4 * (n % RING)), count)
+        end
+        n, p = bk, cost
+      else
+        p = p + cost
       end
       t = t + cost
       call('SETRANGE', key, string.format('%d', IDS0 + ENTRY * k), struct.pack('<c0dI4', id, bk, cost))
@@ -269,12 +282,12 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
     end
     if admit then
       -- The header and the fingerprints up to the admission's, at once.
-      call('SETRANGE', key, '0', struct.pack('<ddddddc0c0', ob, n, t, w, seq, e, string.sub(h, HDR + 1, HDR + 2 * k), fp))
+      call('SETRANGE', key, '0', struct.pack('<dddddddc0c0', ob, n, t, w, seq, e, p, string.sub(h, HDR + 1, HDR + 2 * k), fp))
     else
-      header(key, ob, n, t, w, seq, e)
+      header(key, ob, n, t, w, seq, e, p)
     end
   elseif evicted then
-    header(key, ob, n, t, w, seq, e)
+    header(key, ob, n, t, w, seq, e, p)
   end
 
   for i = 1, nlim do
@@ -298,7 +311,7 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
       -- have left.
       local k = c + cost - qi
       local from = math.max(math.floor((now - wi) / step), ob)
-      for y, units in ipairs(ring_read(key, from, n)) do
+      for y, units in ipairs(ring_read(key, from, n, p)) do
         k = k - units
         if k <= 0 then
           retry = (from + y) * step + wi - now
