@@ -223,9 +223,10 @@ func (l Limit) windowSeconds() int64 {
 type limitSet struct {
 	limits   []Limit
 	plan     *script.Plan
-	minQuota int    // the largest cost a request may have: every enforced limit of units admits it, and the exact logs take it (MaxExactCost)
-	sig      string // the limits, each name, quota, window and step: the same for equal sets
-	levels   []int  // levels[i]: the level limit i counts, for a tenant's tree; nil: all 0
+	minQuota int      // the largest cost a request may have: every enforced limit of units admits it, and the exact logs take it (MaxExactCost)
+	sig      string   // the limits, each name, quota, window and step: the same for equal sets
+	levels   []int    // levels[i]: the level limit i counts, for a tenant's tree; nil: all 0
+	suffixes []string // suffixes[i]: what follows its level's log key in the key of part i of plan (partSuffix), made once
 }
 
 // newLimitSet validates limits: each must be valid, and their names
@@ -271,6 +272,7 @@ func compileSet(limits []Limit, levels []int) (limitSet, error) {
 		if p.Step == 0 && !p.Requests {
 			exact++
 		}
+		s.suffixes = append(s.suffixes, partSuffix(p))
 	}
 	if exact > 0 {
 		s.minQuota = min(s.minQuota, MaxExactCost/exact)

@@ -307,7 +307,7 @@ func keysFor(stems []string, set *limitSet) []string {
 	parts := set.plan.Parts()
 	keys := make([]string, len(parts))
 	for i, p := range parts {
-		keys[i] = stems[p.Level] + partSuffix(p)
+		keys[i] = stems[p.Level] + set.suffixes[i]
 	}
 	return keys
 }
