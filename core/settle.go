@@ -99,8 +99,9 @@ func (l *Limiter) Renew(ctx context.Context, r Result) error {
 // most the quota in any window, however late a request leaves (a first
 // request's dial, a host too busy to send): httplimit.Transport shifts a
 // request whose response comes late to when it came. An exact limit moves it
-// exactly; a stepped one by whole steps, rounded up. d of zero or less,
-// or a Result not admitted, does nothing. Errors wrap ErrUnavailable.
+// exactly; a stepped one by whole steps, rounded up, to no later than the
+// step after the one Shift is called in. d of zero or less, or a Result
+// not admitted, does nothing. Errors wrap ErrUnavailable.
 func (l *Limiter) Shift(ctx context.Context, r Result, d time.Duration) error {
 	if d <= 0 {
 		return nil

@@ -900,3 +900,40 @@ func TestTheNewestBucketCountsInTheHeader(t *testing.T) {
 	admit(2)
 	check("an admission after the whole log left")
 }
+
+// TestAShiftBeyondNowStaysInTheRing: Shift moves a stepped request's units
+// to no later than the step after now's. A request moved past now, and
+// another moved to a bucket a ring's length after a bucket still kept,
+// shared that bucket's slot: the eviction of the old bucket took the
+// moved unit with it, and the log counted one unit of two.
+func TestAShiftBeyondNowStaysInTheRing(t *testing.T) {
+	const step = int64(1000)
+	p := NewPlan([]Limit{stepped(2, 1440*time.Millisecond, time.Millisecond)})
+	h := newHarness(t)
+	start := h.now - h.now%step + step
+	at := func(ms int64) { h.now = start + ms*step }
+	shift := func(id string, ms int64) {
+		t.Helper()
+		args := p.SettleArgs(id, 1, -1, LeaseKeep, strconv.FormatInt(h.now, 10), ms*step)
+		if _, err := strictSettle.Run(t.Context(), h.rdb, h.keys(p), args...).Int64Slice(); err != nil {
+			t.Fatalf("shift: %v", err)
+		}
+	}
+	a, b := newID(), newID()
+	at(0)
+	if ok, _, _ := h.decide(p, 1, a); !ok {
+		t.Fatal("a was denied")
+	}
+	at(10)
+	if ok, _, _ := h.decide(p, 1, b); !ok {
+		t.Fatal("b was denied")
+	}
+	at(20)
+	shift(b, 2000)
+	at(30)
+	shift(a, 1444)
+	at(1441) // a's first bucket leaves the window; a and b stay in it
+	if ok, _, st := h.decide(p, 1, ""); ok || st[0].Remaining != 0 {
+		t.Fatalf("a peek after the shifts: allowed %v, %+v; want denied, 0 left", ok, st[0])
+	}
+}

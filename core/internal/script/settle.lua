@@ -11,12 +11,14 @@
 -- ARGV[3]      the cost to settle to, or "" to leave it.
 -- ARGV[4]      its leases: "" to leave them, "0" to release them, else the
 --              µs to renew them for, from now.
--- ARGV[5]      now in µs, or "" for Redis TIME (for a renewal).
+-- ARGV[5]      now in µs, or "" for Redis TIME (for a renewal, and for
+--              the life of a log whose units move later).
 -- ARGV[6]      µs to move the request's units later by, or "" (or 0) to
 --              leave them: for a request that reached its destination that
 --              long after its admission, so that the logs count it when its
 --              destination did. A stepped log moves them by whole steps,
---              rounded up.
+--              rounded up, to no later than the step after now's (ARGV[5]
+--              or TIME).
 -- ARGV[6+i]    KEYS[i]'s step: 0 for an exact log, above 0 for a stepped
 --              log, -1 for an in-flight log; followed by "r" for a log that
 --              counts requests, one each, rather than their cost.
@@ -35,6 +37,16 @@
 local id, lease = ARGV[1], ARGV[4]
 local shift = tonumber(ARGV[6]) or 0
 local units, leases, first = 0, 0, true
+
+-- clock returns now in µs: ARGV[5], the deciders' clock the scores and
+-- buckets are on, or Redis TIME.
+local function clock()
+  if ARGV[5] ~= '' then
+    return tonumber(ARGV[5])
+  end
+  local t = call('TIME')
+  return t[1] * 1000000 + t[2]
+end
 
 -- live makes key live at least ms from now.
 local function live(key, ms)
@@ -111,8 +123,7 @@ for i, key in ipairs(KEYS) do
       for _, r in ipairs(call('ZRANGE', key, '0', '1')) do
         local w = #r > 11 and string.match(r, '^#r(%d+):')
         if w then
-          local t = call('TIME')
-          live(key, math.ceil((later + tonumber(w) - (t[1] * 1000000 + t[2])) / 1000))
+          live(key, math.ceil((later + tonumber(w) - clock()) / 1000))
         end
       end
     end
@@ -160,10 +171,15 @@ for i, key in ipairs(KEYS) do
       end
       local by = math.ceil(shift / step)
       local now_cost = new or c
+      local d = b
       if by > 0 and now_cost > 0 and kept then
-        -- Later by whole steps: the units move from bucket b to b + by,
-        -- each count its slot's or, the newest's, p.
-        local d = b + by
+        -- Later by whole steps, to no later than the step after now's: a
+        -- bucket further on could share its slot with one still kept.
+        d = math.min(b + by, math.floor(clock() / step) + 1)
+      end
+      if d > b then
+        -- The units move from bucket b to d, each count its slot's or, the
+        -- newest's, p.
         local from = '#' .. (RING0 / 4 + b % RING)
         local moved
         if b == n then
@@ -190,8 +206,7 @@ for i, key in ipairs(KEYS) do
           end
           call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, seq, exp, p))
           call('SETRANGE', key, at + 8, struct.pack('<d', d))
-          local tm = call('TIME')
-          live(key, math.ceil(((d + 1) * step + w - (tm[1] * 1000000 + tm[2])) / 1000))
+          live(key, math.ceil(((d + 1) * step + w - clock()) / 1000))
         end
       end
     end
@@ -202,11 +217,7 @@ for i, key in ipairs(KEYS) do
     local held = call('ZSCORE', key, id)
     local now
     if held and lease ~= '' and lease ~= '0' then
-      now = tonumber(ARGV[5])
-      if ARGV[5] == '' then
-        local t = call('TIME')
-        now = t[1] * 1000000 + t[2]
-      end
+      now = clock()
       if tonumber(held) <= now then
         -- The lease ended (no decision has evicted it yet): it is not
         -- renewed, and holds no place.
