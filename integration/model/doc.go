@@ -3,7 +3,7 @@
 // prefix, through random, seeded sequences of the operations users combine
 // (Allow, AllowN, AllowLimits with plans that change mid-window and hold
 // limits of requests, shadow limits and limits in flight, AllowTree,
-// Peek, Settle, Refund, Release, Renew, Reset, retries with
+// Peek, Settle, Refund, Release, Renew, Shift, Reset, retries with
 // ContextWithRequestID, Wait and WaitN with deadlines and cancellations,
 // Block) and the faults a deployment meets
 // (killed connections, a stalled or restarted Redis, a Cluster slot

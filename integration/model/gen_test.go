@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
@@ -156,6 +157,7 @@ func opKinds(e *env) []opKind {
 		{"wait race", 3, genWaitRace},
 		{"stall", 3, genStall},
 		{"settle", 6, genSettle},
+		{"shift", 4, genShift},
 		{"tree", 5, genTree},
 	}
 	if e.private {
@@ -305,7 +307,8 @@ func genMigrate(t *rapid.T, _ *harness) op {
 }
 
 // genSettle draws a correction of a past call with a request id: Settle
-// (to fewer or more units, or none; once or twice), Release or Renew.
+// (to fewer or more units, or none; once or twice), Release, Renew or
+// Refund.
 func genSettle(t *rapid.T, h *harness) op {
 	req, ok := pickHandle(t, h, "settle of")
 	if !ok {
@@ -319,6 +322,29 @@ func genSettle(t *rapid.T, h *harness) op {
 		o.Twice = rapid.Bool().Draw(t, "settle twice")
 	}
 	return o
+}
+
+// genShift draws a Shift of a past call with a request id: by less than a
+// step of the stepped limits drawn, by one or several, or past now and
+// past a window of a second.
+func genShift(t *rapid.T, h *harness) op {
+	req, ok := pickHandle(t, h, "shift of")
+	if !ok {
+		return genAllow(t, h)
+	}
+	// Half the time, of a recent call that a stepped limit counted, which
+	// moves by whole steps: rarer among the calls than exact ones.
+	var stepped []string
+	for i := len(h.order) - 1; i >= 0 && len(h.order)-i <= 32; i-- {
+		if rec := h.calls[h.order[i]]; rec != nil && slices.ContainsFunc(h.limitsOf(rec.call), func(l slidelimit.Limit) bool { return l.Resolution() > 0 && !l.InFlight }) {
+			stepped = append(stepped, h.order[i])
+		}
+	}
+	if len(stepped) > 0 && rapid.Bool().Draw(t, "shift a stepped call") {
+		req = rapid.SampledFrom(stepped).Draw(t, "shift of stepped")
+	}
+	return settleOp{Of: req, Via: rapid.IntRange(0, len(h.lims)-1).Draw(t, "shift via"), Kind: "shift",
+		D: rapid.SampledFrom([]time.Duration{time.Millisecond, 30 * time.Millisecond, 100 * time.Millisecond, 2 * time.Second}).Draw(t, "shift by")}
 }
 
 // treeLevels are the levels of a tenant's tree below the tenant itself.

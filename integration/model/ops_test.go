@@ -715,16 +715,21 @@ func (o refundOp) run(h *harness) { settleOp{Of: o.Of, Via: o.Via, Kind: "refund
 
 // settleOp corrects the latest Result of the call of handle Of through
 // limiter Via: Kind "refund" (Refund), "settle" (Settle to Cost, Twice:
-// twice over), "release" (Release) or "renew" (Renew).
+// twice over), "release" (Release), "renew" (Renew) or "shift" (Shift by
+// D).
 type settleOp struct {
 	Of    string
 	Via   int
 	Kind  string
 	Cost  int
 	Twice bool
+	D     time.Duration
 }
 
 func (o settleOp) String() string {
+	if o.Kind == "shift" {
+		return fmt.Sprintf("settleOp{Of: %q, Via: %d, Kind: %q, D: %s}", o.Of, o.Via, o.Kind, durString(o.D))
+	}
 	return fmt.Sprintf("settleOp{Of: %q, Via: %d, Kind: %q, Cost: %d, Twice: %v}", o.Of, o.Via, o.Kind, o.Cost, o.Twice)
 }
 
@@ -738,6 +743,8 @@ func (o settleOp) call(lim *slidelimit.Limiter, r slidelimit.Result) error {
 		return lim.Release(ctx, r)
 	case "renew":
 		return lim.Renew(ctx, r)
+	case "shift":
+		return lim.Shift(ctx, r, o.D)
 	}
 	return lim.Refund(ctx, r)
 }
@@ -761,8 +768,8 @@ func (o settleOp) run(h *harness) {
 	limits := h.limitsOf(rec.call)
 	cl := h.callOf(rec.call, limits, now, a, b)
 	recorded := r.Allowed && !r.Fallback && !r.Shadow && !r.Cached && len(r.Statuses) > 0 && rec.call.ID
-	if r.Local && o.Kind != "renew" {
-		h.local[rec.call.Lim].release(rec.call.Req)
+	if r.Local && o.Kind != "renew" && o.Kind != "shift" {
+		h.local[rec.call.Lim].release(rec.call.Req) // Shift and Renew keep FailLocal's places in flight
 	}
 	act := settleAct{id: idOf(rec.call.Req), old: rec.cost(), units: -1, now: now, ra: a, rb: b}
 	switch o.Kind {
@@ -783,6 +790,8 @@ func (o settleOp) run(h *harness) {
 		if d == 0 {
 			recorded = false // Renew of a request with no place in flight does nothing
 		}
+	case "shift":
+		act.shift = o.D.Microseconds()
 	}
 	if err != nil && (o.Kind != "renew" || !errors.Is(err, slidelimit.ErrLeaseEnded)) {
 		if !isUnavailable(err) {
@@ -806,7 +815,7 @@ func (o settleOp) run(h *harness) {
 	case o.Kind == "refund":
 	default:
 		for i := range h.lims {
-			h.stale[i][rec.call.Who] = true // Settle, Release and Renew clear no deny cache the model knows of
+			h.stale[i][rec.call.Who] = true // Settle, Release, Renew and Shift clear no deny cache the model knows of
 		}
 	}
 	if recorded {

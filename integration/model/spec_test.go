@@ -1052,15 +1052,16 @@ func (g *slog) stat(c call, l slidelimit.Limit, n int64, admit, allowed bool) st
 
 // settleAct is what one settle script call (settle.lua) does to a
 // request's logs: its units from old to units (below 0: left as they
-// are), and its leases in flight (kept, released, or renewed to end at
-// renewTo).
+// are), its leases in flight (kept, released, or renewed to end at
+// renewTo), and its units moved later by shift µs.
 type settleAct struct {
 	id      string
 	old     int
 	units   int
 	lease   leaseAct
-	now     int64 // µs, test clock: a renewal's now
+	now     int64 // µs, test clock: a renewal's or a shift's now
 	renewTo int64
+	shift   int64
 	// ra and rb bound, on the wall clock, when the settle script ran: a
 	// renewal makes the log live a lease from then (settle.lua: PEXPIRE
 	// to the lease's ms and one more, unless it lives longer already).
@@ -1099,6 +1100,12 @@ func (st *state) settle(a settleAct, steps []int64) ([]*state, int) {
 		case step > 0 && a.units >= 0:
 			if g := st.s[step]; g != nil && g.exists {
 				g.settle(a.id, a.units)
+			}
+		case step == 0 && a.shift > 0:
+			xs = []*xlog{st.x.shift(a)}
+		case step > 0 && a.shift > 0:
+			if g := st.s[step]; g != nil && g.exists {
+				g.shift(a)
 			}
 		case step == inflightStep:
 			leases += st.f.settle(a)
@@ -1153,6 +1160,67 @@ func (x *xlog) settle(id string, old, units int) []*xlog {
 		return x.dropOldest(n - x.q)
 	}
 	return []*xlog{x}
+}
+
+// shift moves the units of the request of a.id later by a.shift µs, if
+// the log holds its own member (settle.lua): each unit's score, and the
+// log lives until the latest of them leaves the history it keeps, unless
+// it lives longer already.
+func (x *xlog) shift(a settleAct) *xlog {
+	i := slices.IndexFunc(x.entries, func(e *xentry) bool {
+		return e.id == a.id && !e.anon && len(e.members) > 0 && e.members[0] == 0
+	})
+	if i < 0 || a.old <= 0 {
+		return x
+	}
+	c := x.clone()
+	e := *c.entries[i]
+	e.t += a.shift
+	c.entries[i] = &e
+	slices.SortStableFunc(c.entries, func(p, q *xentry) int { return cmp.Compare(p.t, q.t) })
+	if c.rec {
+		c.exp = c.exp.extended(expiryOf(a.ra, a.rb, ceilDiv(e.t+c.w-a.now, 1000)))
+	}
+	return c
+}
+
+// shift moves the units of the request of a.id, if it is among the ids
+// kept and its bucket b in o..n, later by a.shift µs in whole steps,
+// rounded up, to no later than the step after now's (settle.lua): the
+// units its entry holds, as far as b counts them, go to that bucket, the
+// newest if it is past n, and the log lives until that bucket leaves the
+// history it keeps, unless it lives longer already.
+func (g *slog) shift(a settleAct) {
+	i := slices.IndexFunc(g.ids[:], func(s slot) bool { return s.id == a.id })
+	if i < 0 {
+		return
+	}
+	sl := g.ids[i]
+	if sl.units <= 0 || g.t <= 0 || sl.b < g.o || sl.b > g.n {
+		return
+	}
+	d := min(sl.b+ceilDiv(a.shift, g.step), floorDiv(a.now, g.step)+1)
+	moved := min(g.buckets[sl.b], sl.units)
+	if d <= sl.b || moved <= 0 {
+		return
+	}
+	g.buckets[sl.b] -= moved
+	g.buckets[d] += moved
+	g.n = max(g.n, d)
+	g.ids[i].b = d
+	g.exp = g.exp.extended(expiryOf(a.ra, a.rb, ceilDiv((d+1)*g.step+g.w-a.now, 1000)))
+}
+
+// extended is e after a PEXPIRE to a life of f unless the key lived
+// longer: no sooner than either's lo, no later than either's hi.
+func (e expiry) extended(f expiry) expiry {
+	if f.lo.After(e.lo) {
+		e.lo = f.lo
+	}
+	if f.hi.After(e.hi) {
+		e.hi = f.hi
+	}
+	return e
 }
 
 // settle moves the units of the request of id, if it is among the ids
