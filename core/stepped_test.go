@@ -166,9 +166,9 @@ func TestSteppedAndExactAreAtomic(t *testing.T) {
 }
 
 // steppedLog decodes a stepped log (see internal/script/stepped.lua): the
-// total its header holds, and how many of its buckets count units: the
-// ring's counts that are not 0, and the newest bucket's, which the header
-// holds.
+// total its header holds, and how many of its buckets o..n count units:
+// the ring's counts of o..n-1 that are not 0, and the newest bucket's,
+// which the header holds.
 func steppedLog(t *testing.T, rdb redis.Cmdable, key string) (total int64, buckets int) {
 	t.Helper()
 	raw, err := rdb.Get(t.Context(), key).Bytes()
@@ -179,13 +179,13 @@ func steppedLog(t *testing.T, rdb redis.Cmdable, key string) (total int64, bucke
 		t.Fatalf("GET %s = %d bytes, %v; want %d bytes of header and ids, then 1,444 4-byte counts", key, len(raw), err, ring)
 	}
 	double := func(i int) int64 { return int64(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))) }
-	total = double(2)
+	o, n, total := double(0), double(1), double(2)
 	sum := double(6) // p, the newest bucket's count
 	if sum > 0 {
 		buckets++
 	}
-	for i := ring; i < len(raw); i += 4 {
-		if c := binary.BigEndian.Uint32(raw[i:]); c > 0 {
+	for b := o; b < n && total > 0; b++ { // the ring's buckets: o..n-1
+		if c := binary.BigEndian.Uint32(raw[ring+4*(b%1444):]); c > 0 {
 			buckets++
 			sum += int64(c)
 		}

@@ -199,9 +199,7 @@ for i, key in ipairs(KEYS) do
             p = p + moved
           else
             -- d becomes the newest: n's count goes to its slot.
-            if p > 0 then
-              call('SETRANGE', key, RING0 + 4 * (n % RING), struct.pack('>I4', p))
-            end
+            ring_open(key, n, p, d)
             n, p = d, moved
           end
           call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, seq, exp, p))

@@ -27,10 +27,13 @@
 --                    stays: a fingerprint only sends a search here).
 --   [RING0, SIZE)    a ring of RING big-endian 32-bit counts, as BITFIELD
 --                    keeps them: bucket b in slot b % RING, for b in
---                    o..n-1. Every other slot holds 0, n's too: the newest
---                    bucket counts in the header (p), so that an admission
---                    to it, the commonest, writes no slot. A bucket's
---                    count goes to its slot once a later one is the newest.
+--                    o..n-1. The newest bucket counts in the header (p),
+--                    so that an admission to it, the commonest, writes no
+--                    slot. When a later bucket becomes the newest, n's
+--                    count goes to its slot and the slots of the buckets
+--                    between are zeroed (ring_open), so every slot is
+--                    written as its bucket enters o..n-1, and an eviction
+--                    leaves the slots it frees as they are.
 -- RING exceeds the most steps a window may span (1,440) by the two buckets
 -- a window straddles, and slack.
 local HDR, IDS, ENTRY, RING = 56, 128, 20, 1444
@@ -80,18 +83,22 @@ local function ring_read(key, a, b, p)
   return out
 end
 
--- ring_zero zeroes the slots of buckets a..b of key.
-local function ring_zero(key, a, b)
-  if b - a + 1 >= RING then
-    call('SETRANGE', key, RING0, string.rep('\0', 4 * RING))
-    return
+-- ring_open writes p, the count of bucket n, to its slot and zeroes the
+-- slots of n+1..b-1, as bucket b (b > n) becomes the newest.
+local function ring_open(key, n, p, b)
+  local count = '\0\0\0\1' -- the commonest, a constant
+  if p ~= 1 then
+    count = struct.pack('>I4', p)
   end
-  local sa, sb = a % RING, b % RING
-  if sa <= sb then
-    call('SETRANGE', key, string.format('%d', RING0 + 4 * sa), string.rep('\0', 4 * (sb - sa + 1)))
+  local sa, len = n % RING, math.min(b - n, RING) -- slots of n..b-1
+  if sa + len <= RING then
+    if len > 1 then
+      count = count .. string.rep('\0', 4 * (len - 1))
+    end
+    call('SETRANGE', key, string.format('%d', RING0 + 4 * sa), count)
   else
-    call('SETRANGE', key, string.format('%d', RING0 + 4 * sa), string.rep('\0', 4 * (RING - sa)))
-    call('SETRANGE', key, RING0, string.rep('\0', 4 * (sb + 1)))
+    call('SETRANGE', key, string.format('%d', RING0 + 4 * sa), count .. string.rep('\0', 4 * (RING - sa - 1)))
+    call('SETRANGE', key, string.format('%d', RING0), string.rep('\0', 4 * (len - RING + sa)))
   end
 end
 
@@ -179,15 +186,11 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
     first = first - first % 1
     if t > 0 and ob < first then
       if n < first then
-        if ob < n then
-          ring_zero(key, ob, n - 1) -- all of it left the history kept
-        end
-        t, p = 0, 0
+        t, p = 0, 0 -- all of it left the history kept
       else
         for _, c in ipairs(ring_read(key, ob, first - 1)) do
           t = t - c
         end
-        ring_zero(key, ob, first - 1)
         ob = first
       end
       -- Alone, the header goes with the admission's, or at the end: no
@@ -256,17 +259,11 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
       end
       -- The units go to the newest bucket's count in the header. A
       -- bucket past the newest becomes the newest: the count of the one
-      -- before goes to its slot, which holds 0 until then.
+      -- before goes to its slot (ring_open).
       if t == 0 then
         ob, n, p = bk, bk, cost
       elseif bk > n then
-        if p > 0 then
-          local count = '\0\0\0\1' -- the commonest, a constant
-          if p ~= 1 then
-            count = struct.pack('>I4', p)
-          end
-          call('SETRANGE', key, string.format('%d', RING0 + 4 * (n % RING)), count)
-        end
+        ring_open(key, n, p, bk)
         n, p = bk, cost
       else
         p = p + cost
