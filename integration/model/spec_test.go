@@ -1302,14 +1302,7 @@ func (f *flog) admit(c call, d int64) {
 }
 
 // lives makes f live at least until e.
-func (f *flog) lives(e expiry) {
-	if e.lo.After(f.exp.lo) {
-		f.exp.lo = e.lo
-	}
-	if e.hi.After(f.exp.hi) {
-		f.exp.hi = e.hi
-	}
-}
+func (f *flog) lives(e expiry) { f.exp = f.exp.extended(e) }
 
 // settle releases or renews the lease of a.id, and reports whether it
 // held one: Limiter.Renew, "a lease that ended already is not renewed
