@@ -31,12 +31,22 @@ func TestSentinelFailover(t *testing.T) {
 	ctx := t.Context()
 	direct := redis.NewClient(&redis.Options{Addr: primary.Addr})
 	t.Cleanup(func() { _ = direct.Close() })
-	if n, err := direct.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
-		t.Fatalf("WAIT for the replica = %d, %v, want 1", n, err)
+	// The replica's first sync may start only after the primary's
+	// repl-diskless-sync-delay (5 s by default) and take longer on a busy
+	// host: WAIT until it acknowledges the writes, within 30 s.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := direct.Wait(ctx, 1, time.Second).Result()
+		if err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("WAIT for the replica = %d, %v, want 1 within 30s", n, err)
+		}
 	}
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
 	t.Cleanup(func() { _ = sc.Close() })
-	deadline := time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for {
 		// The sentinel needs a moment to discover the replica before it
 		// can promote it; until then FAILOVER answers an error.
