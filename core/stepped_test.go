@@ -172,9 +172,9 @@ func TestSteppedAndExactAreAtomic(t *testing.T) {
 func steppedLog(t *testing.T, rdb redis.Cmdable, key string) (total int64, buckets int) {
 	t.Helper()
 	raw, err := rdb.Get(t.Context(), key).Bytes()
-	// A header of 56 bytes, 128 fingerprints of 2 and 128 request ids of
-	// 20, then 1,444 4-byte counts.
-	const ring = 56 + 128*2 + 128*20
+	// A header of 56 bytes, a staging of 8 fingerprints of 2, 128
+	// fingerprints and 128 request ids of 20, then 1,444 4-byte counts.
+	const ring = 56 + 8*2 + 128*2 + 128*20
 	if err != nil || len(raw) != ring+4*1444 {
 		t.Fatalf("GET %s = %d bytes, %v; want %d bytes of header and ids, then 1,444 4-byte counts", key, len(raw), err, ring)
 	}

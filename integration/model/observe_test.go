@@ -340,14 +340,23 @@ func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
 	if h, want := header(d), [7]int64{g.o, g.n, g.t, g.w, g.seq, g.e, p}; h != want {
 		return fmt.Sprintf("its header (o, n, t, W, seq, E, p) is %v, want %v", h, want)
 	}
-	const hdr, entry, ring = 56, 20, 1444
-	ids0 := hdr + 2*steppedIDHorizon
+	const hdr, stage, entry, ring = 56, 8, 20, 1444
+	fp0 := hdr + 2*stage
+	ids0 := fp0 + 2*steppedIDHorizon
+	// "the staging: the fingerprints (below) of the admissions since seq
+	// was last a multiple of STAGE, the one of seq - seq % STAGE + i in
+	// place i": those of the entries from k-j to k-1 (k the next entry).
+	k, j := int(g.seq%steppedIDHorizon), int(g.seq%stage)
 	for i, sl := range g.ids {
 		e := d[ids0+entry*i : ids0+entry*(i+1)]
 		// "IDS fingerprints of two bytes, the last two of the id of the
-		// entry of the same index, written with it"; a refund zeroes the
-		// entry and leaves its fingerprint.
-		if fp := d[hdr+2*i : hdr+2*i+2]; sl.id != "" && string(fp) != string(e[6:8]) {
+		// entry of the same index"; a refund zeroes the entry and leaves
+		// its fingerprint.
+		at := fp0 + 2*i
+		if i >= k-j && i < k {
+			at = hdr + 2*(i-(k-j))
+		}
+		if fp := d[at : at+2]; sl.id != "" && string(fp) != string(e[6:8]) {
 			return fmt.Sprintf("its fingerprint %d is %x, want %x, the end of entry %d's id", i, fp, e[6:8], i)
 		}
 		id := string(e[:8])

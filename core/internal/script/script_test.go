@@ -451,6 +451,40 @@ func TestSteppedIDsAreTheLastAdmissions(t *testing.T) {
 	}
 }
 
+// TestRetriesAreFoundAtEveryPlaceOfTheStaging: a stepped log keeps the
+// fingerprints of its latest admissions in its staging until they make it
+// whole, and then in their places. After every admission of 300, across
+// stagings made whole and the entries' ring turning twice, the ids of the
+// newest ten and of the 128th newest are each recognised when retried,
+// alone and as a part of a request of several; a retry records nothing.
+func TestRetriesAreFoundAtEveryPlaceOfTheStaging(t *testing.T) {
+	for _, limits := range [][]Limit{
+		{stepped(100_000, 24*time.Hour, time.Minute)},
+		{exact(100_000, time.Hour), stepped(100_000, 24*time.Hour, time.Minute)},
+	} {
+		h := newHarness(t)
+		p := NewPlan(limits)
+		last := len(limits) - 1
+		var ids []string
+		for i := range 300 {
+			id := newID()
+			if ok, dup, _ := h.decide(p, 1, id); !ok || dup {
+				t.Fatalf("%d limits: admission %d = allowed %v, retried %v; want a fresh admission", len(limits), i, ok, dup)
+			}
+			ids = append(ids, id)
+			for _, back := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 127} {
+				if back > i {
+					continue
+				}
+				if ok, dup, st := h.decide(p, 1, ids[i-back]); !ok || !dup || st[last].Remaining != 100_000-i-1 {
+					t.Fatalf("%d limits: after admission %d, a retry of admission %d = allowed %v, retried %v, %+v; want a retry counted once, %d left",
+						len(limits), i, i-back, ok, dup, st[last], 100_000-i-1)
+				}
+			}
+		}
+	}
+}
+
 // TestIDsSharingAFingerprint: a stepped log looks for an id among its
 // entries only when the id's fingerprint (its last two bytes) is among
 // theirs. Ids that share one, or whose fingerprint the others' straddle,
@@ -764,7 +798,7 @@ func TestAShortReplyIsDecodedOnlyForOneLimit(t *testing.T) {
 // them where stepped.lua says: the newest bucket's count in the header's
 // p, the other buckets of o..n in their slots.
 func TestTheNewestBucketCountsInTheHeader(t *testing.T) {
-	const step, ring, ring0 = int64(1_000_000), 1444, 56 + 128*2 + 128*20
+	const step, ring, ring0 = int64(1_000_000), 1444, 56 + 8*2 + 128*2 + 128*20
 	limits := []Limit{stepped(20, 4*time.Second, time.Second), stepped(9, 2*time.Second, time.Second)}
 	p := NewPlan(limits)
 	h := newHarness(t)

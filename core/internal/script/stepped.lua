@@ -12,12 +12,23 @@
 --                    deciders' clock) until which it lives, renewed for
 --                    two windows and a step once less than a window and a
 --                    step is left; and p, the units of bucket n.
---   [HDR, IDS0)      IDS fingerprints of two bytes, the last two of the id
---                    of the entry of the same index, written with it: an
---                    admission reads them with the header, and looks for
+--   [HDR, FP0)       the staging: the fingerprints (below) of the
+--                    admissions since seq was last a multiple of STAGE, the
+--                    one of seq - seq % STAGE + i in place i, written with
+--                    the header; the admission that makes the staging
+--                    whole writes its fingerprints to their places below
+--                    too. Its places from seq % STAGE on hold nothing
+--                    current.
+--   [FP0, IDS0)      IDS fingerprints of two bytes, the last two of the id
+--                    of the entry of the same index: an admission reads
+--                    them and the staging with the header, and looks for
 --                    its id among the entries only when its fingerprint is
 --                    there (one call in about 500 that is not a retry), so
---                    that a fresh id costs no read of the entries.
+--                    that a fresh id costs no read of the entries. The
+--                    fingerprints of the admissions staged are current in
+--                    the staging only, so that an admission writes no more
+--                    than STAGE of them: every byte of a string costs Redis
+--                    a step of its hash when the script makes or reads it.
 --   [IDS0, RING0)    the request ids of the last IDS admissions, in the
 --                    order they came, entry seq % IDS holding the seq-th:
 --                    the 8-byte id, the bucket as a little-endian double
@@ -36,12 +47,14 @@
 --                    leaves the slots it frees as they are.
 -- RING exceeds the most steps a window may span (1,440) by the two buckets
 -- a window straddles, and slack.
-local HDR, IDS, ENTRY, RING = 56, 128, 20, 1444
-local IDS0 = HDR + 2 * IDS
+local HDR, STAGE, IDS, ENTRY, RING = 56, 8, 128, 20, 1444
+local FP0 = HDR + 2 * STAGE
+local IDS0 = FP0 + 2 * IDS
 local RING0 = IDS0 + IDS * ENTRY
 local SIZE = RING0 + 4 * RING
--- HDR - 1, IDS0 and IDS0 - 1, not formatted at every call
-local HDR_LAST, IDS0_S, IDS0_LAST = '55', '312', '311'
+-- HDR - 1, IDS0 and IDS0 - 1, not formatted at every call (STAGE divides
+-- IDS, so a staging's places are a run of entries)
+local HDR_LAST, IDS0_S, IDS0_LAST = '55', '328', '327'
 
 -- ring_read returns the counts of buckets a..b (b - a < RING) of key;
 -- given p, of a..b with b the newest bucket, whose count p the header
@@ -228,14 +241,16 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
       end
     end
     -- A retried call: its id is among the entries. Only an id whose
-    -- fingerprint is among the first min(seq, IDS) is looked for there.
+    -- fingerprint is staged or among the first min(seq, IDS) is looked
+    -- for there.
     if id ~= '' and seq > 0 then
-      local last = HDR + 2 * IDS
+      local last, staged = FP0 + 2 * IDS, HDR + 2 * (seq % STAGE)
       if seq < IDS then
-        last = HDR + 2 * seq
+        last = FP0 + 2 * seq
       end
       local at = string.find(h, fp, HDR + 1, true)
-      while at and at < last and (at - HDR) % 2 == 0 do -- not at a fingerprint's start
+      -- not at a fingerprint's start, or in a place of the staging unused
+      while at and at < last and ((at - HDR) % 2 == 0 or at > staged and at <= FP0) do
         at = string.find(h, fp, at + 1, true)
       end
       duplicate = at ~= nil and at < last and stepped_find(stepped_ids(key, seq), id) ~= nil
@@ -249,7 +264,7 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
   end
 
   if admit or id ~= '' and grow and not new then
-    local k = seq % IDS -- an admission's entry
+    local k, j = seq % IDS, seq % STAGE -- an admission's entry, and its fingerprint's place in the staging
     if admit then
       if new then
         -- Made whole at once, so Redis never grows it (and doubles it):
@@ -278,8 +293,15 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
       call('PEXPIRE', key, string.format('%d', life))
     end
     if admit then
-      -- The header and the fingerprints up to the admission's, at once.
-      call('SETRANGE', key, '0', struct.pack('<dddddddc0c0', ob, n, t, w, seq, e, p, string.sub(h, HDR + 1, HDR + 2 * k), fp))
+      -- The header and the staged fingerprints up to the admission's, at
+      -- once; the staging whole, its fingerprints go to their places too.
+      -- (Joined by .., which copies a string at once, where struct.pack
+      -- copies it byte by byte.)
+      local staged = string.sub(h, HDR + 1, HDR + 2 * j) .. fp
+      call('SETRANGE', key, '0', struct.pack('<ddddddd', ob, n, t, w, seq, e, p) .. staged)
+      if j == STAGE - 1 then
+        call('SETRANGE', key, string.format('%d', FP0 + 2 * (k - j)), staged)
+      end
     else
       header(key, ob, n, t, w, seq, e, p)
     end
