@@ -27,6 +27,9 @@
 // and noisy: compare columns of one run.
 //
 // BENCH_CPUPROFILE=file writes a CPU profile of the Go side.
+// BENCH_ROTATE=k turns the rotating order k places further: a run of one
+// repetition (scripts/bench-pair.sh) passes its round, so that no contender
+// runs first in every round.
 // BENCH_CONTENDERS=slidelimit,ulule,ceiling runs only the contenders named.
 //
 // It then prints the Redis memory per in-window request and per identity
@@ -116,6 +119,7 @@ type bench struct {
 	script   string // a file holding another allow script to measure (BENCH_SCRIPT), or ""
 	cell     time.Duration
 	reps     int
+	rotate   int // added to the rotation of the contenders' order
 	levels   []int
 	cellSeq  atomic.Int64
 	results  map[cellKey][]cell
@@ -156,6 +160,7 @@ func run() error {
 		script:  envString("BENCH_SCRIPT", ""),
 		cell:    envDuration("BENCH_CELL", 1500*time.Millisecond),
 		reps:    envInt("BENCH_REPS", 3),
+		rotate:  envInt("BENCH_ROTATE", 0),
 		levels:  envInts("BENCH_LEVELS", []int{1, 16, 64, 256}),
 		results: map[cellKey][]cell{},
 	}
@@ -214,7 +219,7 @@ func run() error {
 				}
 				// Rotate the order each repetition and level, so no
 				// contender always runs first or after the same one.
-				k := (rep + c) % len(order)
+				k := (rep + c + b.rotate) % len(order)
 				order = append(order[k:], order[:k]...)
 				for _, f := range order {
 					if err := f(); err != nil {

@@ -7,7 +7,9 @@
 # for each peer (the peers are the same code in both builds, so they stand
 # for the host's speed at that moment), and the ratio of slidelimit's own
 # decisions/s, tree ÷ BASE, each with its least and greatest round in
-# brackets. Above 1: the tree is faster.
+# brackets. Above 1: the tree is faster. Both builds run this tree's
+# harness (bench/*.go) on their own limiter, and the contenders' order
+# turns with the round.
 #
 #   scripts/bench-pair.sh BASE [ROUNDS]
 #
@@ -27,6 +29,8 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench-pair.XXXXXX")
 trap 'git worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git worktree add --detach "$work/base" "$base" >/dev/null 2>&1
+# BASE's limiter, this tree's harness, so that both measure alike.
+cp bench/*.go "$work/base/bench/"
 (cd "$work/base/bench" && go build -o "$work/bench-base" .)
 (cd bench && go build -o "$work/bench-tree" .)
 
@@ -41,7 +45,9 @@ for r in $(seq "$rounds"); do
 		# "build round path level name rate".
 		dir=bench
 		[ "$b" = base ] && dir=$work/base/bench
-		(cd "$dir" && "$work/bench-$b") | awk -v b="$b" -v r="$r" '
+		# The contenders' order turns with the round (BENCH_ROTATE), the
+		# same for both builds: no contender runs first in every round.
+		(cd "$dir" && BENCH_ROTATE=$r "$work/bench-$b") | awk -v b="$b" -v r="$r" '
 			/^== .* path: decisions\/s/ { path = $2; table = 1; next }
 			/^== / { table = 0 }
 			table && /^callers/ { n = split($0, h, "|"); for (i = 2; i <= n; i++) { gsub(/[^0-9]/, "", h[i]); lvl[i] = h[i] } next }
