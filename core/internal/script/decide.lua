@@ -121,32 +121,43 @@ end
 -- index after the request. A request of one exact or stepped part goes to
 -- that log's function alone, one of several parts to decide_parts.
 local decide_parts
+-- The numbers decide read last for a request of one part, and the ARGV
+-- index they start at: a repeat (=) of the request reads none of them
+-- again, for converting a string costs Redis more than the rest of
+-- reading them.
+local read_at, cost1, now1, score1, newest1, nlim1, q11, w11, s1
 local function decide(k0, np, a, id)
-  local cost, clock = 1, ARGV[a + 2]
-  if ARGV[a] ~= '1' then
-    cost = ARGV[a] + 0
-  end
-  local now, score, newest = time_now, time_score, time_now
-  if clock ~= '' then
-    now, score, newest = clock + 0, clock, false
-  end
   local step = ARGV[a + 3]
-  if np ~= 1 or step == '-1' then
-    return decide_parts(k0, np, a, cost, id, now, score, newest)
-  end
-  local nlim = 1
-  if ARGV[a + 4] ~= '1' then
-    nlim = ARGV[a + 4] + 0
-    if nlim < 0 then
-      nlim, cost = -nlim, 1 -- a part that counts requests
+  if a ~= read_at or np ~= 1 then
+    local cost, clock = 1, ARGV[a + 2]
+    if ARGV[a] ~= '1' then
+      cost = ARGV[a] + 0
     end
+    local now, score, newest = time_now, time_score, time_now
+    if clock ~= '' then
+      now, score, newest = clock + 0, clock, false
+    end
+    if np ~= 1 or step == '-1' then
+      return decide_parts(k0, np, a, cost, id, now, score, newest)
+    end
+    local nlim = 1
+    if ARGV[a + 4] ~= '1' then
+      nlim = ARGV[a + 4] + 0
+      if nlim < 0 then
+        nlim, cost = -nlim, 1 -- a part that counts requests
+      end
+    end
+    local s = 0
+    if step ~= '0' then
+      s = step + 0
+    end
+    read_at, cost1, now1, score1, newest1, nlim1, q11, w11, s1 = a, cost, now, score, newest, nlim, ARGV[a + 5] + 0, ARGV[a + 6] + 0, s
   end
-  local q1, w1, s = ARGV[a + 5] + 0, ARGV[a + 6] + 0, 0
+  local cost, now, score, newest, nlim, q1, w1, s = cost1, now1, score1, newest1, nlim1, q11, w11, s1
   local out, allowed, duplicate = {0, 0, 0, 0, 0}, false, false
-  if step == '0' then
+  if s == 0 then
     allowed, duplicate = exact(KEYS[k0 + 1], cost, id, now, score, newest, a + 5, nlim, q1, w1, out, 3)
   else
-    s = step + 0
     allowed, duplicate = stepped(KEYS[k0 + 1], s, cost, id, now, a + 5, nlim, q1, w1, out, 3)
   end
   local d = out[5] - w1
