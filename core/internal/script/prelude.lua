@@ -1,7 +1,9 @@
 -- prelude.lua: what every script of the limiter starts with.
 --
 -- What costs Redis time in these scripts is less their logic than what
--- they allocate, convert and look up, so they keep all three low:
+-- they allocate, convert and look up, so they keep all three low (and
+-- Redis's Lua hashes every byte of every string a script makes or reads,
+-- about ten instructions a byte, so they keep strings short too):
 --   * numbers that are constant go to redis.call as strings, and computed
 --     ones as string.format('%d', n) (Redis formats a Lua number with
 --     "%.17g", at several times the cost; %d takes a C long, 64 bits on

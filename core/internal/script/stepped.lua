@@ -122,11 +122,9 @@ end
 
 -- stepped_ids returns the entries of the log key that hold ids, entry 0
 -- first, given the log's seq: only those, read only when an id is looked
--- for. Lua interns every string it is given, and long strings that agree
--- in the few bytes Lua hashes of them (a ring of 128 entries, most of them
--- zero) share one chain of its string table, which every new one walks:
--- reading the whole ring with the header made that walk a fifth of a
--- stepped admission's instructions.
+-- for. Redis's Lua hashes every byte of a string it is given: reading the
+-- whole ring with the header made that hashing a fifth of a stepped
+-- admission's instructions.
 stepped_ids = function(key, seq)
   if seq <= 0 then
     return ''
