@@ -24,7 +24,11 @@
 // interleaved in a rotating order; the tables print the median of the
 // repetitions, and a ratio is the median of the repetitions' ratios (each
 // of two cells run back to back) with their range. The machine is shared
-// and noisy: compare columns of one run.
+// and noisy: compare columns of one run. Beside the rate and latency, a
+// cell shows Redis's CPU per decision (INFO cpu) and the decisions per
+// script call Redis ran (EVALSHA and EVAL in INFO commandstats): 1 for a
+// contender that sends a call per decision, more where batches carry
+// several.
 //
 // BENCH_CPUPROFILE=file writes a CPU profile of the Go side.
 // BENCH_ROTATE=k turns the rotating order k places further: a run of one
@@ -138,6 +142,7 @@ type cell struct {
 	rate       float64 // decisions per second
 	p50, p99   time.Duration
 	cpuPerCall float64 // Redis CPU µs per decision (user + sys)
+	perScript  float64 // decisions per script call Redis ran (EVALSHA and EVAL); 0 if unknown
 }
 
 func main() {
@@ -395,7 +400,7 @@ func (b *bench) runGo(ctx context.Context, ct contender, path string, callers in
 	var mismatch atomic.Int64
 	var firstErr atomic.Value
 	lat := make([][]time.Duration, callers)
-	cpu0 := b.cpu(ctx)
+	cpu0, scripts0 := b.cpu(ctx), b.scriptCalls(ctx)
 	start := time.Now()
 	for g := range callers {
 		wg.Add(1)
@@ -421,13 +426,17 @@ func (b *bench) runGo(ctx context.Context, ct contender, path string, callers in
 	stop.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu1 := b.cpu(ctx)
+	cpu1, scripts1 := b.cpu(ctx), b.scriptCalls(ctx)
 	all := slices.Concat(lat...)
 	if n := mismatch.Load(); n > 0 {
 		return fmt.Errorf("%s, %s path, %d callers: %d of %d calls were not %s (first error: %v)",
 			ct.name, path, callers, n, len(all), map[bool]string{true: "admitted", false: "denied"}[want], firstErr.Load())
 	}
-	b.add(cellKey{path, callers, ct.name}, measured(all, elapsed, cpu1-cpu0))
+	c := measured(all, elapsed, cpu1-cpu0)
+	if n := scripts1 - scripts0; n > 0 && scripts0 >= 0 {
+		c.perScript = float64(c.decisions) / float64(n)
+	}
+	b.add(cellKey{path, callers, ct.name}, c)
 	return nil
 }
 
@@ -466,11 +475,11 @@ func (b *bench) runCeiling(ctx context.Context, clients, p int) error {
 		// and the window in microseconds.
 		"EVALSHA", b.sha, "1", prefix + "{__rand_int__}:q", "1", "__rand_int__-__rand_int__-__rand_int__", "",
 		"0", "1", strconv.Itoa(quota("allowed")), strconv.FormatInt(time.Minute.Microseconds(), 10)}
-	cpu0 := b.cpu(ctx)
+	cpu0, scripts0 := b.cpu(ctx), b.scriptCalls(ctx)
 	start := time.Now()
 	out, err := exec.CommandContext(ctx, "redis-benchmark", args...).Output()
 	elapsed := time.Since(start)
-	cpu1 := b.cpu(ctx)
+	cpu1, scripts1 := b.cpu(ctx), b.scriptCalls(ctx)
 	if err != nil {
 		return fmt.Errorf("redis-benchmark: %w", err)
 	}
@@ -493,6 +502,9 @@ func (b *bench) runCeiling(ctx context.Context, clients, p int) error {
 	}
 	c.decisions = n
 	c.cpuPerCall = (cpu1 - cpu0) * 1e6 / float64(n)
+	if calls := scripts1 - scripts0; calls > 0 && scripts0 >= 0 {
+		c.perScript = float64(n) / float64(calls)
+	}
 	_ = elapsed
 	b.add(cellKey{"allowed", clients, name}, c)
 	return nil
@@ -534,6 +546,7 @@ func (b *bench) median(k cellKey) (cell, bool) {
 		p50:        time.Duration(med(func(c cell) float64 { return float64(c.p50) })),
 		p99:        time.Duration(med(func(c cell) float64 { return float64(c.p99) })),
 		cpuPerCall: med(func(c cell) float64 { return c.cpuPerCall }),
+		perScript:  med(func(c cell) float64 { return c.perScript }),
 	}, true
 }
 
@@ -565,6 +578,23 @@ func (b *bench) cpu(ctx context.Context) float64 {
 	return u + s
 }
 
+// scriptCalls returns how many EVALSHA and EVAL commands Redis has run
+// (INFO commandstats), or -1 if it cannot tell.
+func (b *bench) scriptCalls(ctx context.Context) int64 {
+	info, err := b.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, name := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
+		// calls=N,usec=...
+		v, _, _ := strings.Cut(strings.TrimPrefix(infoField(info, name), "calls="), ",")
+		c, _ := strconv.ParseInt(v, 10, 64)
+		n += c
+	}
+	return n
+}
+
 func infoField(info, name string) string {
 	for line := range strings.SplitSeq(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
@@ -589,10 +619,10 @@ func (b *bench) report() {
 		default:
 			names = append([]string{"slidelimit", "slidelimit-plain"}, append(names[1:], "ceiling", "ceiling-P16")...)
 		}
-		fmt.Printf("\n== %s path: decisions/s, p50 / p99 latency, Redis CPU µs per decision (median of %d)\n", path, b.reps)
+		fmt.Printf("\n== %s path: decisions/s, p50 / p99 latency, Redis CPU µs per decision, decisions a script call (median of %d)\n", path, b.reps)
 		fmt.Printf("%-19s", "callers")
 		for _, c := range b.levels {
-			fmt.Printf(" | %-36s", fmt.Sprintf("c=%d", c))
+			fmt.Printf(" | %-43s", fmt.Sprintf("c=%d", c))
 		}
 		fmt.Println()
 		for _, name := range names {
@@ -600,10 +630,14 @@ func (b *bench) report() {
 			for _, c := range b.levels {
 				m, ok := b.median(cellKey{path, c, name})
 				if !ok {
-					fmt.Printf(" | %-36s", "-")
+					fmt.Printf(" | %-43s", "-")
 					continue
 				}
-				fmt.Printf(" | %-36s", fmt.Sprintf("%8.0f/s %6s %7s %5.1fµs", m.rate, short(m.p50), short(m.p99), m.cpuPerCall))
+				per := "     -"
+				if m.perScript > 0 {
+					per = fmt.Sprintf("%6.1f", m.perScript)
+				}
+				fmt.Printf(" | %-43s", fmt.Sprintf("%8.0f/s %6s %7s %5.1fµs %s", m.rate, short(m.p50), short(m.p99), m.cpuPerCall, per))
 			}
 			fmt.Println()
 		}
