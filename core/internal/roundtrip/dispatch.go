@@ -24,6 +24,12 @@ const (
 	// maxInFlight*maxBatch+maxQueue (4,608) calls at one instant fails
 	// beyond that with errQueueFull, which the Limiter's policy decides.
 	maxQueue = 4096
+	// yieldBelow is the number of waiting calls under which a lane yields
+	// to the callers a round trip answered before it takes the next batch
+	// (see lane.run). A round trip costs Redis half to two thirds of a
+	// decision whatever it carries, so from this size on that is a tenth of
+	// the batch's cost or less.
+	yieldBelow = 8
 )
 
 // roundTrips numbers round trips, for the breaker; 0 is no round trip.
@@ -417,12 +423,6 @@ func (ln *lane) bounded(ctx context.Context, batch []*call, behind bool) (silenc
 	var delivered atomic.Int32
 	return ln.exec(rctx, batch, roundTrips.Add(1), &delivered, hold)
 }
-
-// yieldBelow is the number of waiting calls under which run yields before
-// it takes the next batch. A round trip costs Redis half to two thirds of
-// a decision whatever it carries, so from this size on that is a tenth of
-// the batch's cost or less.
-const yieldBelow = 8
 
 // run sends batch, then the next batches while calls wait.
 //
