@@ -31,6 +31,7 @@ type env struct {
 	down    bool                    // the private server is stopped
 	healed  time.Time               // when Redis last came back or had its connections killed
 	mig     *migration              // the latest slot migration
+	watch   *keyWatch               // every script command's keys, judged
 }
 
 // processes is how many go-redis clients each mode gives its limiters:
@@ -50,6 +51,7 @@ func newStandaloneEnv(t *testing.T, name string, slowlog time.Duration) *env {
 	}
 	e.admins = []*redis.Client{adminClient(t, srv.Addr)}
 	e.configure(t)
+	e.watchKeys(t)
 	return e
 }
 
@@ -85,6 +87,7 @@ func newSharedEnv(t *testing.T, name string, cluster bool, slowlog time.Duration
 		e.admins = []*redis.Client{adminClient(t, addr)}
 	}
 	e.configure(t)
+	e.watchKeys(t)
 	return e
 }
 
@@ -130,6 +133,7 @@ func newClusterEnv(t *testing.T, name string, slowlog time.Duration) *env {
 		e.clients = append(e.clients, c)
 	}
 	e.configure(t)
+	e.watchKeys(t)
 	return e
 }
 

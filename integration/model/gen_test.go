@@ -108,6 +108,32 @@ func minQuota(limits plan, levels ...string) int {
 	return q
 }
 
+// maxCost is the largest cost the library takes for a call under limits
+// (levels as minQuota's): the smallest quota of an enforced limit of
+// units, and MaxExactCost shared by the exact logs of units. Above it a
+// call is ErrInvalidCost. minQuota, what the generator draws within, is
+// at most this.
+func maxCost(limits plan, levels []string) int {
+	q := slidelimit.MaxQuota
+	exact := map[string]bool{}
+	for i, l := range limits {
+		if !l.InFlight && !l.Requests && !l.Shadow {
+			q = min(q, l.Quota)
+		}
+		if !l.InFlight && !l.Requests && l.Resolution() == 0 {
+			lvl := ""
+			if levels != nil {
+				lvl = levels[i]
+			}
+			exact[lvl] = true
+		}
+	}
+	if len(exact) > 0 {
+		q = min(q, slidelimit.MaxExactCost/len(exact))
+	}
+	return q
+}
+
 // genSpecs draws the limiters of a check: two to four, spread over the
 // mode's processes, with their own limits, timeouts and policies.
 func genSpecs(t *rapid.T) []limiterSpec {
@@ -159,6 +185,8 @@ func opKinds(e *env) []opKind {
 		{"settle", 6, genSettle},
 		{"shift", 4, genShift},
 		{"tree", 5, genTree},
+		{"edge", 6, genEdge},
+		{"knock", 4, genKnock},
 	}
 	if e.private {
 		kinds = append(kinds, opKind{"kill", 1, func(*rapid.T, *harness) op { return killOp{} }})
@@ -202,16 +230,28 @@ func genCall(t *rapid.T, h *harness, who string) allowOp {
 		c.Plan = genCallPlan(t, "plan")
 	}
 	c.Cost = genCost(t, minQuota(h.limitsOf(c)))
-	c.ID = rapid.IntRange(0, 3).Draw(t, "request id") > 0
+	if most := maxCost(h.limitsOf(c), nil); most < slidelimit.MaxQuota && rapid.IntRange(0, 15).Draw(t, "cost over") == 15 {
+		c.Cost = most + 1 // just over: ErrInvalidCost
+	}
+	// Half the calls carry an id: a call with one never meets the deny
+	// cache, which only calls without one ask.
+	c.ID = rapid.Bool().Draw(t, "request id")
 	return c
 }
 
-// genCost draws a cost, mostly 1, sometimes up to the whole quota.
+// genCost draws a cost from its classes: 1, small, the whole quota, or
+// any in between.
 func genCost(t *rapid.T, quota int) int {
-	if rapid.IntRange(0, 3).Draw(t, "heavy") < 3 {
-		return 1
+	quota = min(quota, slidelimit.MaxExactCost)
+	switch rapid.IntRange(0, 5).Draw(t, "cost class") {
+	case 3:
+		return rapid.IntRange(1, min(quota, 5)).Draw(t, "small cost")
+	case 4:
+		return quota
+	case 5:
+		return rapid.IntRange(1, quota).Draw(t, "cost")
 	}
-	return rapid.IntRange(1, min(quota, slidelimit.MaxExactCost)).Draw(t, "cost")
+	return 1
 }
 
 func genAllow(t *rapid.T, h *harness) op { return genCall(t, h, "") }
@@ -237,8 +277,34 @@ func pickHandle(t *rapid.T, h *harness, label string) (string, bool) {
 	return h.order[len(h.order)-1-i], true
 }
 
+// pickNear draws a handle of a past call with a request id that was
+// admitted, the k-th newest of its identity's, with k around a documented
+// horizon: the newest few, the steppedIDHorizon newest a stepped log
+// keeps, and the quota of an exact limit used on it. Half the time it is
+// pickHandle's draw.
+func pickNear(t *rapid.T, h *harness, label string) (string, bool) {
+	if rapid.Bool().Draw(t, label+" near a horizon") {
+		who := rapid.SampledFrom(identities[:3]).Draw(t, label+" identity")
+		var mine []string // newest first
+		for i := len(h.order) - 1; i >= 0; i-- {
+			if rec := h.calls[h.order[i]]; rec != nil && rec.call.Who == who && rec.res.Allowed && !rec.res.Fallback && !rec.res.Shadow {
+				mine = append(mine, h.order[i])
+			}
+		}
+		ks := []int{0, 1, 2, steppedIDHorizon - 1, steppedIDHorizon, steppedIDHorizon + 1}
+		if im := h.ids[who]; im != nil && im.maxExact > 0 {
+			ks = append(ks, im.maxExact-1, im.maxExact, im.maxExact+1)
+		}
+		ks = slices.DeleteFunc(ks, func(k int) bool { return k < 0 || k >= len(mine) })
+		if len(ks) > 0 {
+			return mine[rapid.SampledFrom(ks).Draw(t, label+" k-th newest")], true
+		}
+	}
+	return pickHandle(t, h, label)
+}
+
 func genRetry(t *rapid.T, h *harness) op {
-	req, ok := pickHandle(t, h, "retry of")
+	req, ok := pickNear(t, h, "retry of")
 	if !ok {
 		return genAllow(t, h)
 	}
@@ -246,7 +312,7 @@ func genRetry(t *rapid.T, h *harness) op {
 }
 
 func genRefund(t *rapid.T, h *harness) op {
-	req, ok := pickHandle(t, h, "refund of")
+	req, ok := pickNear(t, h, "refund of")
 	if !ok {
 		return genAllow(t, h)
 	}
@@ -310,7 +376,7 @@ func genMigrate(t *rapid.T, _ *harness) op {
 // (to fewer or more units, or none; once or twice), Release, Renew or
 // Refund.
 func genSettle(t *rapid.T, h *harness) op {
-	req, ok := pickHandle(t, h, "settle of")
+	req, ok := pickNear(t, h, "settle of")
 	if !ok {
 		return genAllow(t, h)
 	}
@@ -318,7 +384,18 @@ func genSettle(t *rapid.T, h *harness) op {
 		Kind: rapid.SampledFrom([]string{"settle", "release", "renew", "refund"}).Draw(t, "settle kind")}
 	if o.Kind == "settle" {
 		cost := h.calls[req].cost()
-		o.Cost = rapid.IntRange(0, min(2*cost+2, slidelimit.MaxExactCost)).Draw(t, "settled cost")
+		most := min(2*cost+2, slidelimit.MaxExactCost)
+		// The targets from their classes: none, fewer, as many, more.
+		switch rapid.IntRange(0, 3).Draw(t, "settle to") {
+		case 0:
+			o.Cost = 0
+		case 1:
+			o.Cost = rapid.IntRange(0, max(0, cost-1)).Draw(t, "fewer")
+		case 2:
+			o.Cost = cost
+		case 3:
+			o.Cost = rapid.IntRange(min(cost+1, most), most).Draw(t, "more")
+		}
 		o.Twice = rapid.Bool().Draw(t, "settle twice")
 	}
 	return o
@@ -376,4 +453,64 @@ func genTree(t *rapid.T, h *harness) op {
 	}
 	c.Cost = genCost(t, minQuota(limits, levels...))
 	return c
+}
+
+// recent returns the handles of the newest calls (at most n) that keep
+// for which ok holds, newest first.
+func (h *harness) recent(n int, ok func(*callRec) bool) []string {
+	var out []string
+	for i := len(h.ops) - 1; i >= 0 && len(out) < n; i-- {
+		var reqs []string
+		switch o := h.ops[i].(type) {
+		case allowOp:
+			reqs = []string{o.Req}
+		case burstOp:
+			reqs = []string{fmt.Sprintf("%s.%d", o.Req, o.N-1), fmt.Sprintf("%s.0", o.Req)}
+		case knockOp:
+			reqs = []string{fmt.Sprintf("r%d.knock", i+2)}
+		}
+		for _, r := range reqs {
+			if rec := h.calls[r]; rec != nil && rec.now != 0 && ok(rec) && !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// genEdge draws a move of the clock to an edge of a recent call, ±1 µs or
+// on it: the end of a limit's window counted from its admission, of its
+// lease in flight, or of a denial's RetryAfter.
+func genEdge(t *rapid.T, h *harness) op {
+	recs := h.recent(8, func(*callRec) bool { return true })
+	if len(recs) == 0 {
+		return genAdvance(t, h)
+	}
+	o := edgeOp{Of: rapid.SampledFrom(recs).Draw(t, "edge of"), Delta: rapid.SampledFrom([]int64{0, -1, 1}).Draw(t, "edge delta")}
+	rec := h.calls[o.Of]
+	limits := h.limitsOf(rec.call)
+	switch {
+	case !rec.res.Allowed && rec.res.RetryAfter > 0 && rapid.Bool().Draw(t, "edge of its RetryAfter"):
+		o.What = "retry"
+	default:
+		o.What, o.Limit = "window", rapid.IntRange(0, len(limits)-1).Draw(t, "edge limit")
+		if limits[o.Limit].InFlight {
+			o.What = "lease"
+		}
+	}
+	return o
+}
+
+// genKnock draws a knock: the call of a recent denial again, without an
+// id, often on an edge of its RetryAfter first.
+func genKnock(t *rapid.T, h *harness) op {
+	recs := h.recent(8, func(r *callRec) bool { return !r.res.Allowed && !r.call.Peek })
+	if len(recs) == 0 {
+		return genAllow(t, h)
+	}
+	o := knockOp{Of: rapid.SampledFrom(recs).Draw(t, "knock of")}
+	if h.calls[o.Of].res.RetryAfter > 0 && rapid.IntRange(0, 3).Draw(t, "knock at its RetryAfter") > 0 {
+		o.AtRetry, o.Delta = true, rapid.SampledFrom([]int64{0, -1, 1}).Draw(t, "knock delta")
+	}
+	return o
 }

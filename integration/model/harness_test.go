@@ -31,6 +31,7 @@ type testClock struct {
 	offset time.Duration
 	frozen int64 // µs; 0 while running
 	last   int64 // the latest value handed out, µs
+	pinned int64 // µs: the next freeze's value, if the clock is not past it by then; 0: none
 }
 
 func (c *testClock) Now() time.Time {
@@ -47,12 +48,35 @@ func (c *testClock) tick() int64 {
 	return c.last
 }
 
-// freeze stops the clock at the present and returns it, in µs.
+// freeze stops the clock at the present and returns it, in µs: at the
+// pinned instant if one is set and not yet passed, from which the clock
+// then runs on.
 func (c *testClock) freeze() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.frozen = c.tick()
+	if c.pinned > c.frozen {
+		c.offset += time.Duration(c.pinned-c.frozen) * time.Microsecond
+		c.frozen, c.last = c.pinned, c.pinned
+	}
+	c.pinned = 0
 	return c.frozen
+}
+
+// pin makes the next freeze stop the clock exactly at at (µs), so that a
+// step lands on an edge the model names (a window's end, a lease's, a
+// RetryAfter) to the µs: the clock still never runs slower than the wall
+// clock, it jumps ahead at the freeze. It reports false, and pins
+// nothing, if the clock is already past at less margin, which the time to
+// the freeze may well pass.
+func (c *testClock) pin(at int64, margin time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at <= c.tick()+margin.Microseconds() {
+		return false
+	}
+	c.pinned = at
+	return true
 }
 
 func (c *testClock) unfreeze() {

@@ -29,7 +29,7 @@ var (
 	flagKeepGoing = flag.Bool("model.keepgoing", false,
 		"model: go on with further seeds after a failure, to find more than one")
 	flagIgnore = flag.String("model.ignore", "",
-		"model: failure kinds to log and pass over, comma-separated (decision, fallback, local, bound, ttl, stored, slow, quota, retry-exact, retry-stepped, retry-mixed, retry-ghost, refund, settle, lease, shadow), to hunt for others")
+		"model: failure kinds to log and pass over, comma-separated (decision, fallback, local, bound, ttl, stored, slow, quota, retry-exact, retry-stepped, retry-mixed, retry-ghost, refund, settle, lease, shadow, undeclared), to hunt for others")
 	flagQuiet = flag.Bool("model.quiet", false,
 		"model: no busy loops beside the concurrent modes (for a SLOWLOG bound of 1 ms)")
 )
@@ -85,7 +85,7 @@ func TestModel(t *testing.T) {
 			if strings.HasPrefix(b.mode, "concurrent") && !*flagQuiet {
 				busyLoops(t, 2, budget+time.Minute)
 			}
-			runChecks(t, b.mode, budget, modeCheck(b.mode, e))
+			runChecks(t, e, b.mode, budget, modeCheck(b.mode, e))
 		})
 	}
 }
@@ -155,7 +155,7 @@ func modeCheck(mode string, e *env) func(*rapid.T) {
 // runChecks runs check once per seed, from the mode's first seed on, until
 // budget has passed (at least one check), each as a subtest named by its
 // seed so that a failure names what reproduces it.
-func runChecks(t *testing.T, mode string, budget time.Duration, check func(*rapid.T)) {
+func runChecks(t *testing.T, e *env, mode string, budget time.Duration, check func(*rapid.T)) {
 	base := *flagSeed
 	if base == 0 {
 		base = fixedSeed
@@ -165,9 +165,16 @@ func runChecks(t *testing.T, mode string, budget time.Duration, check func(*rapi
 			t.Fatalf("flag -%s: %v", name, err)
 		}
 	}
-	mustSet("rapid.checks", "1")
+	// rapid divides its checks by 5 and its steps by 2 under -short (make
+	// test's flag): ask for as many more, so that each seed runs one check
+	// of -model.steps steps on average there too.
+	checksPerSeed, steps := 1, *flagSteps
+	if testing.Short() {
+		checksPerSeed, steps = 5, 2*steps
+	}
+	mustSet("rapid.checks", strconv.Itoa(checksPerSeed))
 	mustSet("rapid.nofailfile", "true")
-	mustSet("rapid.steps", strconv.Itoa(*flagSteps))
+	mustSet("rapid.steps", strconv.Itoa(steps))
 	start := time.Now()
 	deadline := start.Add(budget)
 	checks, failed := 0, 0
@@ -191,6 +198,12 @@ func runChecks(t *testing.T, mode string, budget time.Duration, check func(*rapi
 			failed++
 			t.Logf("%s failed at seed %d after %d checks and %v; reproduce with\n\tmake check-model SEED=%d RUN='TestModel/%s'",
 				mode, seed, checks, time.Since(start).Round(time.Millisecond), seed, mode)
+			// One line for scripts (scripts/check-mutants.sh): the mode, the
+			// time to the failure, the shrunk sequence's length and kind.
+			shrunk.Lock()
+			t.Logf("model-failure: mode=%s seed=%d after=%v shrunk=%d kind=%q",
+				mode, seed, time.Since(start).Round(time.Millisecond), shrunk.steps, shrunk.kind)
+			shrunk.Unlock()
 			summarize(fmt.Sprintf("TestModel/%s failed at seed %d; reproduce with make check-model SEED=%d RUN='TestModel/%s'\n%s",
 				mode, seed, seed, mode, firstMet))
 			if !*flagKeepGoing {
@@ -201,17 +214,29 @@ func runChecks(t *testing.T, mode string, budget time.Duration, check func(*rapi
 	t.Logf("%s: %d checks from seed %d in %v, %d failed", mode, checks, base, time.Since(start).Round(time.Millisecond), failed)
 	tally.Lock()
 	defer tally.Unlock()
-	if strings.HasPrefix(mode, "sequential") {
-		t.Logf("%s: %d steps (shrinking's included), %d fallbacks, %d decisions held in doubt, at most %d states of an identity, %d identities lost track of",
-			mode, tally.steps, tally.fallbacks, tally.doubtful, tally.most, tally.lost)
+	t.Logf("%s: %d sequences, %d steps (shrinking's included), %d fallbacks, %d decisions held in doubt, at most %d states of an identity, %d identities lost track of",
+		mode, tally.sequences, tally.steps, tally.fallbacks, tally.doubtful, tally.most, tally.lost)
+	calls, cmds, gaps := e.watch.counts()
+	t.Logf("%s: the keys of %d script calls and %d commands they ran judged against their KEYS; MONITOR lost %d times", mode, calls, cmds, gaps)
+	if tally.sequences == 0 || tally.steps == 0 {
+		// A budget that runs nothing can never fail: that is a failure.
+		t.Errorf("%s ran %d sequences of %d steps in %v: the checker checked nothing", mode, tally.sequences, tally.steps, time.Since(start).Round(time.Millisecond))
 	}
-	tally.steps, tally.fallbacks, tally.doubtful, tally.most, tally.lost = 0, 0, 0, 0, 0
+	tally.sequences, tally.steps, tally.fallbacks, tally.doubtful, tally.most, tally.lost = 0, 0, 0, 0, 0, 0
+}
+
+// shrunk is the last failure reported: its kind and how many steps its
+// sequence has, once rapid has shrunk it.
+var shrunk struct {
+	sync.Mutex
+	steps int
+	kind  string
 }
 
 // tally sums what the checks of a mode did, for its closing line.
 var tally struct {
 	sync.Mutex
-	steps, fallbacks, doubtful, most, lost int
+	sequences, steps, fallbacks, doubtful, most, lost int
 }
 
 // sequentialCheck is one check of a sequential mode: limiters of random
@@ -286,6 +311,9 @@ func (h *harness) verify() {
 	if h.failure == "" && h.up {
 		h.checkKeys()
 	}
+	if h.failure == "" && h.up {
+		h.checkDeclared()
+	}
 	if h.failure == "" {
 		return
 	}
@@ -325,6 +353,8 @@ func (h *harness) verify() {
 		h.t.Fatalf("model: %s", h.failure)
 	case kindShadow:
 		h.t.Fatalf("model: %s", h.failure)
+	case kindUndeclared:
+		h.t.Fatalf("model: %s", h.failure)
 	default:
 		h.t.Fatalf("model: %s", h.failure)
 	}
@@ -345,7 +375,7 @@ func ignored(kind string) bool {
 
 var kindNames = map[string]string{"decision": kindDecision, "fallback": kindFallback, "local": kindLocal, "bound": kindBound, "ttl": kindTTL, "stored": kindStored,
 	"slow": kindSlow, "quota": kindQuota, "retry-exact": kindRetryExact, "retry-stepped": kindRetryStepped,
-	"retry-mixed": kindRetryMixed, "retry-ghost": kindRetryGhost, "refund": kindRefund, "settle": kindSettle, "lease": kindLease, "shadow": kindShadow}
+	"retry-mixed": kindRetryMixed, "retry-ghost": kindRetryGhost, "refund": kindRefund, "settle": kindSettle, "lease": kindLease, "shadow": kindShadow, "undeclared": kindUndeclared}
 
 // The kinds of failure.
 const (
@@ -365,7 +395,20 @@ const (
 	kindSettle       = "a settle, release or renewal did not leave exactly its units and places"
 	kindLease        = "a renewal found a place in flight the model does not, or none where it does"
 	kindShadow       = "ShadowDenied does not list exactly the shadow limits that would have denied"
+	kindUndeclared   = "a script ran a command on a key its call did not declare"
 )
+
+// checkDeclared fails the check if a script call of its prefix ran a
+// command on a key the call did not declare (declared_test.go): it first
+// waits for every node's MONITOR stream to catch up with the step.
+func (h *harness) checkDeclared() {
+	if !h.env.sync() {
+		h.t.Logf("the MONITOR streams did not catch up within 5 s: this step's script commands are judged later")
+	}
+	if bad := h.env.watch.take(h.prefix); len(bad) > 0 {
+		h.fail(kindUndeclared, "%s", strings.Join(bad[:min(len(bad), 5)], "\n"))
+	}
+}
 
 // finish ends a check: it waits for a migration, brings Redis back, and
 // checks the keys and SLOWLOG.
@@ -393,6 +436,7 @@ func (h *harness) finish() {
 	h.t.Logf("%d steps; %d fallbacks, %d decisions the model held in doubt, at most %d states of an identity, %d identities lost track of",
 		len(h.ops), h.counted.fallbacks, h.counted.doubtful, most, lost)
 	tally.Lock()
+	tally.sequences++
 	tally.steps += len(h.ops)
 	tally.fallbacks += h.counted.fallbacks
 	tally.doubtful += h.counted.doubtful
@@ -403,6 +447,9 @@ func (h *harness) finish() {
 
 // report logs the failure and the sequence that led to it as Go.
 func (h *harness) report() {
+	shrunk.Lock()
+	shrunk.steps, shrunk.kind = len(h.ops), h.failure
+	shrunk.Unlock()
 	h.t.Logf("FAILED: %s\n%s\n\nThe sequence, as a regression test for integration/model:\n\n%s", h.failure, h.detail, h.sequence())
 }
 

@@ -25,7 +25,8 @@ type op interface {
 type callRec struct {
 	call    allowOp
 	res     slidelimit.Result
-	settled int // 1 + the cost it was last settled to; 0 if never
+	settled int   // 1 + the cost it was last settled to; 0 if never
+	now     int64 // µs, test clock: when it was decided (sequential modes)
 }
 
 // cost is the units the call's request was recorded at, as last settled.
@@ -47,7 +48,7 @@ type harness struct {
 	ids       map[string]*identityModel
 	tags      map[string]string // hash tag → identity
 	local     []*localModel
-	stale     []map[string]bool // per limiter: identities its deny cache may hold stale denials of
+	denials   *denialLog // every denial Redis gave a limiter with a deny cache
 	calls     map[string]*callRec
 	order     []string // handles of calls with request ids, oldest first
 	ops       []op
@@ -73,11 +74,16 @@ type harness struct {
 
 func newHarness(t tester, e *env, specs []limiterSpec) (*harness, error) {
 	h := &harness{t: t, env: e, prefix: newPrefix(e.name), clock: &testClock{}, specs: specs,
-		ids: map[string]*identityModel{}, tags: map[string]string{}, calls: map[string]*callRec{}, up: true}
+		ids: map[string]*identityModel{}, tags: map[string]string{}, calls: map[string]*callRec{}, up: true,
+		denials: newDenialLog(len(specs))}
 	for _, s := range specs {
 		obs := new(slidelimit.Observation)
 		h.observed = append(h.observed, obs)
+		i := len(h.observed) - 1
 		s.observe = func(_ context.Context, o slidelimit.Observation) {
+			if s.DenyCache {
+				h.denials.note(i, o, h.clock.Now())
+			}
 			h.obsMu.Lock()
 			defer h.obsMu.Unlock()
 			*obs = o
@@ -88,7 +94,6 @@ func newHarness(t tester, e *env, specs []limiterSpec) (*harness, error) {
 		}
 		h.lims = append(h.lims, lim)
 		h.local = append(h.local, &localModel{replicas: max(1, s.Replicas), logs: map[string][]localEntry{}, leases: map[string][]localLease{}})
-		h.stale = append(h.stale, map[string]bool{})
 	}
 	return h, nil
 }
@@ -278,8 +283,16 @@ func (h *harness) settle(c allowOp, res slidelimit.Result, err error, now int64,
 	spec := h.specs[c.Lim]
 	im := h.identity(c.Who)
 	limits := h.limitsOf(c)
+	if most := maxCost(limits, levelsOf(c)); !c.Peek && c.Cost > most {
+		// A cost over the smallest quota is ErrInvalidCost, and records
+		// nothing.
+		if !errors.Is(err, slidelimit.ErrInvalidCost) || res.Allowed {
+			h.fail(kindDecision, "%s: a cost over the largest the limits take (%d) = %s, %v; want ErrInvalidCost", c, most, resultString(res), err)
+		}
+		return
+	}
 	if !c.Peek {
-		h.calls[c.Req] = &callRec{call: c, res: res}
+		h.calls[c.Req] = &callRec{call: c, res: res, now: now}
 		if c.ID && !slices.Contains(h.order, c.Req) {
 			h.order = append(h.order, c.Req)
 		}
@@ -570,7 +583,11 @@ func (h *harness) settleCached(c allowOp, spec limiterSpec, cl call, raw slideli
 		h.fail(kindDecision, "%s: the deny cache admitted: %s", c, resultString(raw))
 		return
 	}
-	if h.stale[c.Lim][c.Who] {
+	if why := h.denials.answers(c.Lim, c.Who, cl.cost, cl.now, raw); why != "" {
+		h.fail(kindDecision, "%s at t=%dµs: a cached denial %s\n  result: %s", c, cl.now, why, resultString(raw))
+		return
+	}
+	if h.denials.stale(c.Lim, c.Who, cl.now) {
 		return // a refund or reset elsewhere: the cache may deny for the rest of its RetryAfter
 	}
 	gs := groupsOf(cl)
@@ -815,7 +832,7 @@ func (o settleOp) run(h *harness) {
 	case o.Kind == "refund":
 	default:
 		for i := range h.lims {
-			h.stale[i][rec.call.Who] = true // Settle, Release, Renew and Shift clear no deny cache the model knows of
+			h.denials.staleFrom(i, rec.call.Who) // Settle, Release, Renew and Shift clear no deny cache the model knows of
 		}
 	}
 	if recorded {
@@ -899,7 +916,11 @@ func (h *harness) settleIn(s *state, g group, cl call, act settleAct, a, b time.
 // that every other limiter's may now be stale.
 func (h *harness) forget(via int, who string) {
 	for i := range h.lims {
-		h.stale[i][who] = i != via
+		if i == via {
+			h.denials.forget(i, who)
+		} else {
+			h.denials.staleFrom(i, who)
+		}
 	}
 }
 
@@ -1061,7 +1082,7 @@ func (h *harness) settleWait(c allowOp, res slidelimit.Result, err error, now in
 		spec := h.specs[c.Lim]
 		// A stale deny cache, or a fallback denial (Redis down, or a short
 		// timeout) may refuse; else the limits must deny in some state.
-		if h.stale[c.Lim][c.Who] || spec.Policy != slidelimit.FailOpen && (!h.up || !spec.strict()) {
+		if h.denials.stale(c.Lim, c.Who, now) || spec.Policy != slidelimit.FailOpen && (!h.up || !spec.strict()) {
 			return
 		}
 		cl := h.callOf(c, limits, now, a, b)
@@ -1452,8 +1473,8 @@ func (upOp) run(h *harness) {
 	// An empty Redis: every identity forgotten, every deny cache stale.
 	for who, im := range h.ids {
 		im.states, im.lost, im.usedSteps = []*state{newState()}, "", map[int64]bool{}
-		for i := range h.stale {
-			h.stale[i][who] = true
+		for i := range h.lims {
+			h.denials.staleFrom(i, who)
 		}
 	}
 }
@@ -1493,4 +1514,73 @@ func (o migrateOp) run(h *harness) {
 	h.migrating = true
 	h.env.mig = h.env.migrate(key, o.StringsFirst, o.Pause)
 	h.env.mig.who = o.Who
+}
+
+// edgeOp moves the test clock to an edge of the call of handle Of, to the
+// µs, Delta µs either side: the end of the window of its Limit-th limit
+// counted from its decision (What "window"), of its lease (What "lease":
+// the Limit-th limit is in flight), or of its RetryAfter (What "retry").
+// An edge the clock has passed is skipped.
+type edgeOp struct {
+	Of    string
+	What  string
+	Limit int
+	Delta int64
+}
+
+func (o edgeOp) String() string {
+	return fmt.Sprintf("edgeOp{Of: %q, What: %q, Limit: %d, Delta: %d}", o.Of, o.What, o.Limit, o.Delta)
+}
+
+func (o edgeOp) run(h *harness) {
+	rec := h.calls[o.Of]
+	if rec == nil || rec.now == 0 {
+		return
+	}
+	limits := h.limitsOf(rec.call)
+	var d time.Duration
+	switch {
+	case o.What == "retry":
+		d = rec.res.RetryAfter
+	case o.Limit < len(limits):
+		d = limits[o.Limit].Window
+	default:
+		return
+	}
+	at := rec.now + d.Microseconds() + o.Delta
+	if !h.clock.pin(at, pinMargin) {
+		h.t.Logf("     the clock is past t=%dµs: skipped", at)
+	}
+}
+
+// pinMargin is how far ahead of the clock an edge must lie for edgeOp to
+// land on it: the time to the next step's freeze, on a loaded host.
+const pinMargin = 20 * time.Millisecond
+
+// knockOp makes the call of handle Of again as a new request without a
+// request id, under the same limiter, identity, limits and cost: what a
+// client denied does when its RetryAfter is up, which a deny cache may
+// answer. If AtRetry, it knocks when Of's RetryAfter ends, Delta µs either
+// side (edgeOp's "retry").
+type knockOp struct {
+	Of      string
+	AtRetry bool
+	Delta   int64
+}
+
+func (o knockOp) String() string {
+	return fmt.Sprintf("knockOp{Of: %q, AtRetry: %v, Delta: %d}", o.Of, o.AtRetry, o.Delta)
+}
+
+func (o knockOp) run(h *harness) {
+	rec := h.calls[o.Of]
+	if rec == nil {
+		return
+	}
+	if o.AtRetry {
+		edgeOp{Of: o.Of, What: "retry", Delta: o.Delta}.run(h)
+	}
+	c := rec.call
+	c.Req, c.ID = h.nextReq()+".knock", false
+	c.run(h)
 }
