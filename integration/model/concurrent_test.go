@@ -54,6 +54,8 @@ func (c cCall) String() string {
 type record struct {
 	c      cCall
 	limits []slidelimit.Limit
+	levels []string // the level of each limit, for a tenant's tree (levelsOf)
+	units  int      // the units the quota check counts it at (judgeHistory)
 	a, b   time.Time
 	res    slidelimit.Result
 	err    error
@@ -66,19 +68,22 @@ func (r *record) admitted() bool {
 	return r.err == nil && r.res.Allowed && !r.res.Fallback && !r.res.Shadow && !r.res.Cached && !r.c.Peek
 }
 
-// history is a concurrent check's calls, and its refunds.
+// history is a concurrent check's calls, and its refunds and settles.
 type history struct {
 	h        *harness
 	records  []*record
-	refunded map[string]bool // logical requests refunded
+	refunded map[string]bool          // logical requests refunded
+	settles  map[string][]settleTrial // logical requests settled, released or refunded by settleRoundOp
+	judged   map[string]int           // what the invariants judged, by kind, for the mode's tally
 }
 
 // roundOp is a burst of calls made at once, with Redis paused for Pause
 // meanwhile, or its connections killed after Kill, if set.
 type roundOp struct {
-	Calls []cCall
-	Pause time.Duration
-	Kill  time.Duration
+	Calls   []cCall
+	Pause   time.Duration
+	Kill    time.Duration
+	Migrate string // a Cluster's slot of this identity moves meanwhile, if set
 }
 
 func (o roundOp) String() string {
@@ -86,7 +91,7 @@ func (o roundOp) String() string {
 	for i, c := range o.Calls {
 		parts[i] = "\n\t\t\t" + c.String() + ","
 	}
-	return fmt.Sprintf("roundOp{Pause: %s, Kill: %s, Calls: []cCall{%s\n\t\t}}", durString(o.Pause), durString(o.Kill), strings.Join(parts, ""))
+	return fmt.Sprintf("roundOp{Pause: %s, Kill: %s, Migrate: %q, Calls: []cCall{%s\n\t\t}}", durString(o.Pause), durString(o.Kill), o.Migrate, strings.Join(parts, ""))
 }
 
 func (o roundOp) run(h *harness) {
@@ -95,10 +100,13 @@ func (o roundOp) run(h *harness) {
 	if o.Pause > 0 {
 		until = h.env.pause(o.Pause)
 	}
+	if o.Migrate != "" {
+		migrateOp{Who: o.Migrate, Pause: time.Millisecond}.run(h)
+	}
 	recs := make([]*record, len(o.Calls))
 	var wg sync.WaitGroup
 	for i, c := range o.Calls {
-		r := &record{c: c, limits: h.limitsOf(c.allowOp), stall: o.Pause, healed: h.env.healed}
+		r := &record{c: c, limits: h.limitsOf(c.allowOp), levels: levelsOf(c.allowOp), stall: o.Pause, healed: h.env.healed}
 		recs[i] = r
 		wg.Add(1)
 		go func() {
@@ -131,15 +139,33 @@ func (o roundOp) run(h *harness) {
 		sleepUntil(until)
 	}
 	for _, r := range recs {
-		h.identity(r.c.Who).use(r.limits)
+		h.use(call{who: r.c.Who, limits: r.limits, levels: r.levels})
 		if r.c.ID && !slices.Contains(h.order, r.c.Req) {
 			h.order = append(h.order, r.c.Req)
 		}
 		h.calls[r.c.Req] = &callRec{call: r.c.allowOp, res: r.res}
 	}
 	hist.records = append(hist.records, recs...)
+	for _, r := range recs {
+		hist.judged["calls"]++
+		switch {
+		case r.c.Tree != nil:
+			hist.judged["tree calls"]++
+		case len(r.limits) > 1:
+			hist.judged["calls of several limits"]++
+		}
+		if leaseOf(r) > 0 && r.admitted() {
+			hist.judged["admissions in flight"]++
+		}
+	}
+	if o.Migrate != "" {
+		hist.judged["rounds during a migration"]++
+	}
 	hist.judgeCalls(recs)
 	hist.judgeHistory()
+	if h.failure == "" {
+		hist.judgeStored(recs)
+	}
 }
 
 // sleepOp lets real time pass, so that windows slide.
@@ -162,7 +188,8 @@ func (o refundPeekOp) String() string {
 
 func (o refundPeekOp) run(h *harness) {
 	rec := h.calls[o.Of]
-	if rec == nil || h.hist.refunded[o.Of] {
+	if rec == nil || h.hist.refunded[o.Of] || h.hist.settles[o.Of] != nil || rec.call.Tree != nil ||
+		slices.ContainsFunc(h.limitsOf(rec.call), func(l slidelimit.Limit) bool { return l.InFlight }) {
 		return
 	}
 	r := rec.res
@@ -243,7 +270,7 @@ func (hi *history) judgeCalls(recs []*record) {
 			return
 		}
 		excused := r.stall > 0 && spec.Timeout < 2*r.stall+stallSlack || !spec.strict() ||
-			r.b.Sub(r.healed) < healTime || h.env.healed.After(r.a)
+			r.b.Sub(r.healed) < healTime || h.env.healed.After(r.a) || h.env.mig.splitDuring(r.c.Who, r.a, r.b)
 		if !excused {
 			h.fail(kindFallback, "%s: limiter %d (timeout %v, %s) fell back (%v) after %v, Redis stalled %v",
 				r.c, r.c.Lim, spec.Timeout, policyName(spec.Policy), r.err, r.b.Sub(r.a).Round(time.Millisecond), r.stall)
@@ -277,6 +304,7 @@ func (hi *history) judgeHistory() {
 		// An earlier attempt of the same id (one that timed out, say) may
 		// be the one Redis recorded: the admission may date from it.
 		x := *r
+		x.units = hi.leastUnits(r)
 		for _, o := range hi.records {
 			if o.c.Req == req && o.c.ID && o.a.Before(x.a) {
 				x.a = o.a
@@ -286,35 +314,39 @@ func (hi *history) judgeHistory() {
 		adm = append(adm, &x)
 	}
 	slices.SortFunc(adm, func(x, y *record) int { return x.a.Compare(y.a) })
-	for _, who := range identities {
-		var mine []*record
-		for _, r := range adm {
-			if r.c.Who == who {
-				mine = append(mine, r)
-			}
-		}
-		if why := quotaViolation(mine); why != "" {
-			h.fail(kindQuota, "%q: %s", who, why)
+	for _, log := range logsOf(adm) {
+		if why := quotaViolation(log.adm); why != "" {
+			h.fail(kindQuota, "%q: %s", log.who, why)
 			return
 		}
+	}
+	if why := hi.inFlightViolation(first); why != "" {
+		h.fail(kindQuota, "%s", why)
+		return
 	}
 	// Retries: an attempt begun after an admitted attempt of the same id
 	// ended, while the request still counts in every window of its call,
 	// must be admitted.
 	for _, r := range hi.records {
 		f := first[r.c.Req]
-		if f == nil || r == f || !r.c.ID || r.c.Peek || r.c.Wait || !r.a.After(f.b) || r.err != nil || r.res.Fallback || r.res.Cached {
+		if f == nil || r == f || !r.c.ID || r.c.Peek || r.c.Wait || !r.a.After(f.b) || r.err != nil || r.res.Fallback || r.res.Cached ||
+			r.c.Tree != nil || hi.settles[r.c.Req] != nil {
 			continue
 		}
 		w := slidelimit.MaxWindow
 		for _, l := range r.limits {
-			w = min(w, l.Window)
+			if !l.InFlight {
+				w = min(w, l.Window)
+			}
 		}
 		// The id is surely kept by the exact log while fewer units than its
 		// largest exact quota came after it, and by a stepped log while
 		// fewer than steppedIDHorizon admissions did.
 		kind, q, stepped := kindRetryStepped, 0, false
 		for _, l := range r.limits {
+			if l.InFlight {
+				continue
+			}
 			if l.Resolution() == 0 {
 				kind, q = kindRetryExact, max(q, l.Quota)
 			} else {
@@ -391,7 +423,7 @@ func quotaViolation(adm []*record) string {
 			units, maxHi := 0, int64(0)
 			var members []string
 			member := func(x *record) string {
-				return fmt.Sprintf("%s(%d units, %s, +%v..+%v)", x.c.Req, x.c.Cost, planString(x.limits),
+				return fmt.Sprintf("%s(%d units, %s, +%v..+%v)", x.c.Req, x.units, planString(x.limits),
 					x.a.Sub(r.a).Round(10*time.Microsecond), x.b.Sub(r.a).Round(10*time.Microsecond))
 			}
 			for _, x := range adm[i:] {
@@ -400,7 +432,7 @@ func quotaViolation(adm []*record) string {
 					continue
 				}
 				if slices.Contains(x.limits, l) || x == r {
-					units += x.c.Cost
+					units += x.units
 					maxHi = max(maxHi, xh)
 					members = append(members, member(x))
 				}
@@ -412,7 +444,7 @@ func quotaViolation(adm []*record) string {
 			// window of the last one decided.
 			for _, x := range adm[:i] {
 				if counts(x) && x.b.UnixMicro() < lo && sureWithin(x.a.UnixMicro(), maxHi, w, step) {
-					units += x.c.Cost
+					units += x.units
 					members = append(members, member(x))
 				}
 			}
@@ -438,11 +470,12 @@ func sureWithin(lo, hi, w, step int64) bool {
 func concurrentCheck(t *rapid.T, e *env) {
 	specs := genShortSpecs(t)
 	h := start(t, e, specs)
-	h.hist = &history{h: h, refunded: map[string]bool{}}
+	h.hist = &history{h: h, refunded: map[string]bool{}, settles: map[string][]settleTrial{}, judged: map[string]int{}}
 	t.Repeat(map[string]func(*rapid.T){
 		"round":  func(t *rapid.T) { h.do(genRound(t, h)) },
 		"sleep":  func(t *rapid.T) { h.do(genSleep(t)) },
 		"refund": func(t *rapid.T) { h.do(genRefundPeek(t, h)) },
+		"settle": func(t *rapid.T) { h.do(genSettleRound(t, h)) },
 		"":       func(*rapid.T) { h.verify() },
 	})
 	h.finish()
@@ -471,32 +504,43 @@ func genRound(t *rapid.T, h *harness) roundOp {
 	n := rapid.IntRange(1, 200).Draw(t, "calls")
 	o := roundOp{}
 	if h.env.private {
-		switch rapid.IntRange(0, 4).Draw(t, "fault") {
+		switch rapid.IntRange(0, 5).Draw(t, "fault") {
 		case 3:
 			o.Pause = rapid.SampledFrom([]time.Duration{300 * time.Millisecond, 1500 * time.Millisecond}).Draw(t, "pause")
 		case 4:
 			o.Kill = rapid.SampledFrom([]time.Duration{time.Millisecond, 5 * time.Millisecond}).Draw(t, "kill after")
+		case 5:
+			if h.env.cluster {
+				o.Migrate = rapid.SampledFrom(identities[:2]).Draw(t, "migrate")
+			}
 		}
 	}
 	req := h.nextReq()
 	for i := range n {
 		c := cCall{allowOp: allowOp{Lim: rapid.IntRange(0, len(h.lims)-1).Draw(t, "limiter"),
 			Who: rapid.SampledFrom(identities[:2]).Draw(t, "identity"), Cost: 1, Req: fmt.Sprintf("%s.%d", req, i)}}
-		switch rapid.IntRange(0, 9).Draw(t, "kind") {
+		switch rapid.IntRange(0, 11).Draw(t, "kind") {
 		case 0, 1:
-			c.Plan = []slidelimit.Limit{rapid.SampledFrom(shortCatalogue).Draw(t, "plan")}
+			c.Plan = genShortPlan(t)
 		case 2:
 			c.Wait = true
 			c.Cancel = rapid.SampledFrom([]time.Duration{0, 20 * time.Millisecond, 200 * time.Millisecond}).Draw(t, "cancel")
 		case 3:
+			// A retry of a call whose id may count again: not of a tree, a
+			// place in flight, or a request settled since.
 			if of, ok := pickHandle(t, h, "retry of"); ok {
-				c.allowOp = h.calls[of].call
+				if rec := h.calls[of]; rec.call.Tree == nil && h.hist.settles[of] == nil &&
+					!slices.ContainsFunc(h.limitsOf(rec.call), func(l slidelimit.Limit) bool { return l.InFlight }) {
+					c.allowOp = rec.call
+				}
 			}
+		case 4:
+			c.Tree = genShortTree(t)
 		}
 		if c.Req == fmt.Sprintf("%s.%d", req, i) {
 			c.ID = rapid.Bool().Draw(t, "request id")
 			if rapid.IntRange(0, 4).Draw(t, "heavy") == 4 {
-				c.Cost = rapid.IntRange(1, min(minQuota(h.limitsOf(c.allowOp)), 20)).Draw(t, "cost")
+				c.Cost = rapid.IntRange(1, min(minQuota(h.limitsOf(c.allowOp), levelsOf(c.allowOp)...), 20)).Draw(t, "cost")
 			}
 		}
 		o.Calls = append(o.Calls, c)

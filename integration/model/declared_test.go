@@ -375,3 +375,15 @@ func TestParseMonitorLine(t *testing.T) {
 		t.Errorf("parseMonitorLine(%q) = ok, want not a command", "+OK")
 	}
 }
+
+func TestSlotTag(t *testing.T) {
+	// CLUSTER KEYSLOT 123456789 is 12739, the CRC16 check value's slot.
+	if got := crc16("123456789"); got != 0x31C3 {
+		t.Fatalf("crc16(%q) = %#x, want 0x31c3", "123456789", got)
+	}
+	for _, slot := range []int{0, 1, 5461, 10923, 16383} {
+		if got := int(crc16(slotTag(slot)) % 16384); got != slot {
+			t.Errorf("slot of slotTag(%d) = %d, want %d", slot, got, slot)
+		}
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,7 +140,7 @@ func newModeEnv(t *testing.T, mode string) *env {
 	case "concurrent/standalone":
 		return newStandaloneEnv(t, "conc", *flagSlowlog)
 	case "concurrent/cluster":
-		return newSharedEnv(t, "concc", true, *flagSlowlog)
+		return newClusterEnv(t, "concc", *flagSlowlog)
 	}
 	t.Fatalf("no mode %q", mode)
 	return nil
@@ -216,6 +218,14 @@ func runChecks(t *testing.T, e *env, mode string, budget time.Duration, check fu
 	defer tally.Unlock()
 	t.Logf("%s: %d sequences, %d steps (shrinking's included), %d fallbacks, %d decisions held in doubt, at most %d states of an identity, %d identities lost track of",
 		mode, tally.sequences, tally.steps, tally.fallbacks, tally.doubtful, tally.most, tally.lost)
+	if len(tally.judged) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(tally.judged)) {
+			parts = append(parts, fmt.Sprintf("%d %s", tally.judged[k], k))
+		}
+		t.Logf("%s: judged %s", mode, strings.Join(parts, ", "))
+	}
+	tally.judged = nil
 	calls, cmds, gaps := e.watch.counts()
 	t.Logf("%s: the keys of %d script calls and %d commands they ran judged against their KEYS; MONITOR lost %d times", mode, calls, cmds, gaps)
 	if tally.sequences == 0 || tally.steps == 0 {
@@ -237,6 +247,7 @@ var shrunk struct {
 var tally struct {
 	sync.Mutex
 	sequences, steps, fallbacks, doubtful, most, lost int
+	judged                                            map[string]int // what the concurrent modes' invariants judged, by kind
 }
 
 // sequentialCheck is one check of a sequential mode: limiters of random
@@ -292,6 +303,45 @@ func (e *env) recover(t tester) {
 		}
 	}
 	e.configure(t)
+	e.decidesAgain(t)
+}
+
+// decidesAgain waits, for at most 10 s, until every process's client runs
+// a script on every node again, so that a check (and each attempt of
+// rapid's shrinking) starts from a Redis that decides: not one still
+// restarting, nor a pool of connections a previous check killed.
+func (e *env) decidesAgain(t tester) {
+	deadline := time.Now().Add(10 * time.Second)
+	for i, c := range e.clients {
+		for _, node := range e.admins {
+			// A key of the node's own slot, on a Cluster.
+			key := "model:probe"
+			if e.cluster {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				slots, err := node.ClusterSlots(ctx).Result()
+				cancel()
+				for _, sr := range slots {
+					if err == nil && len(sr.Nodes) > 0 && sr.Nodes[0].Addr == node.Options().Addr {
+						key = "model:probe:{" + slotTag(int(sr.Start)) + "}"
+						break
+					}
+				}
+			}
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				err := c.Eval(ctx, "return redis.call('EXISTS', KEYS[1])", []string{key}).Err()
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("process %d cannot run a script on %s 10 s after the check began: %v", i, node.Options().Addr, err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	e.healed = time.Now()
 }
 
 // verify fails the check at its first failure, from one place, with a
@@ -438,6 +488,14 @@ func (h *harness) finish() {
 	tally.Lock()
 	tally.sequences++
 	tally.steps += len(h.ops)
+	if h.hist != nil {
+		if tally.judged == nil {
+			tally.judged = map[string]int{}
+		}
+		for k, n := range h.hist.judged {
+			tally.judged[k] += n
+		}
+	}
 	tally.fallbacks += h.counted.fallbacks
 	tally.doubtful += h.counted.doubtful
 	tally.most = max(tally.most, most)
@@ -622,4 +680,30 @@ func numKeys(args []string) int {
 		return 0
 	}
 	return min(n, len(args)-4)
+}
+
+// slotTag returns a hash tag whose keys lie in slot: Redis Cluster's
+// CRC16 (XMODEM) of the tag, modulo 16384.
+func slotTag(slot int) string {
+	for i := 0; ; i++ {
+		tag := strconv.Itoa(i)
+		if int(crc16(tag)%16384) == slot {
+			return tag
+		}
+	}
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
 }
