@@ -55,42 +55,6 @@ func newStandaloneEnv(t *testing.T, name string, slowlog time.Duration) *env {
 	return e
 }
 
-// newSharedEnv returns a mode on the harness's standalone Redis or Redis
-// Cluster (scripts/with-redis.sh), which it shares with other tests: no
-// fault may touch it, and SLOWLOG is read by this mode's prefix only.
-func newSharedEnv(t *testing.T, name string, cluster bool, slowlog time.Duration) *env {
-	e := &env{name: name, cluster: cluster, slowlog: slowlog}
-	if cluster {
-		seed := redistest.ClusterClient(t)
-		for i := range processes {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: seed.Options().Addrs, ContextTimeoutEnabled: i == 0, PoolSize: 16})
-			t.Cleanup(func() { _ = c.Close() })
-			e.clients = append(e.clients, c)
-		}
-		var mu sync.Mutex // ForEachMaster calls fn on every primary at once
-		err := seed.ForEachMaster(t.Context(), func(ctx context.Context, c *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			e.admins = append(e.admins, adminClient(t, c.Options().Addr))
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("the Cluster's primaries: %v", err)
-		}
-	} else {
-		addr := redistest.Client(t).Options().Addr
-		for i := range processes {
-			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: i == 0, PoolSize: 16})
-			t.Cleanup(func() { _ = c.Close() })
-			e.clients = append(e.clients, c)
-		}
-		e.admins = []*redis.Client{adminClient(t, addr)}
-	}
-	e.configure(t)
-	e.watchKeys(t)
-	return e
-}
-
 // newClusterEnv returns a mode on a Redis Cluster of its own, three
 // primaries and no replicas, whose slots it may migrate.
 func newClusterEnv(t *testing.T, name string, slowlog time.Duration) *env {
