@@ -186,6 +186,9 @@ func runChecks(t *testing.T, e *env, mode string, budget time.Duration, check fu
 		mustSet("rapid.seed", strconv.FormatUint(seed, 10))
 		checks++
 		firstMet = ""
+		shrunk.Lock()
+		shrunk.steps, shrunk.kind = 0, ""
+		shrunk.Unlock()
 		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			// The first failure as it was met, before rapid reproduces
 			// and shrinks it: a concurrent mode's may not come back.
@@ -203,8 +206,12 @@ func runChecks(t *testing.T, e *env, mode string, budget time.Duration, check fu
 			// One line for scripts (scripts/check-mutants.sh): the mode, the
 			// time to the failure, the shrunk sequence's length and kind.
 			shrunk.Lock()
+			kind := shrunk.kind
+			if kind == "" {
+				kind = "a failure outside the model's judging (a panic, or a harness error)"
+			}
 			t.Logf("model-failure: mode=%s seed=%d after=%v shrunk=%d kind=%q",
-				mode, seed, time.Since(start).Round(time.Millisecond), shrunk.steps, shrunk.kind)
+				mode, seed, time.Since(start).Round(time.Millisecond), shrunk.steps, kind)
 			shrunk.Unlock()
 			summarize(fmt.Sprintf("TestModel/%s failed at seed %d; reproduce with make check-model SEED=%d RUN='TestModel/%s'\n%s",
 				mode, seed, seed, mode, firstMet))
