@@ -70,8 +70,14 @@ func joinObservers(a, b Observer) Observer {
 // ShadowDenied returns the shadow limits (Limit.Shadow) of the decision
 // that would have denied the request had they been enforced, in the order
 // of its Statuses: the metrics of a limit being rolled out count an
-// OutcomeShadowDenied for each, whatever the decision's own Outcome.
+// OutcomeShadowDenied for each. Only a request the enforced limits admitted
+// counts: one they denied (Allowed unset, or Result.Shadow under
+// WithShadow) was denied whatever the shadow limits say, so it returns
+// nil, and the count is what enforcing them would add.
 func (o Observation) ShadowDenied() []Limit {
+	if !o.Result.Allowed || o.Result.Shadow {
+		return nil
+	}
 	var out []Limit
 	for _, s := range o.Result.Statuses {
 		if s.Limit.Shadow && s.RetryAfter > 0 {

@@ -468,7 +468,8 @@ func (h *harness) checkShadowDenied(c allowOp, cl call) {
 	}
 	var want []slidelimit.Limit
 	for i, l := range cl.limits {
-		if l.Shadow && h.lastReply.over[i] {
+		// "Only a request the enforced limits admitted counts."
+		if l.Shadow && h.lastReply.over[i] && h.lastReply.allowed {
 			want = append(want, l)
 		}
 	}
