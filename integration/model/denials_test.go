@@ -84,6 +84,7 @@ func (d *denialLog) note(lim int, o slidelimit.Observation, now time.Time) {
 // at now, is not one of the denials Redis gave it counted down to now
 // ("" if it is one).
 func (d *denialLog) answers(lim int, who string, cost int, now int64, raw slidelimit.Result) string {
+	raw.Shadow = false // shadow mode's mark, set after the cache answered
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	sig := sigOf(raw)

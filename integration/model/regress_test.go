@@ -814,3 +814,19 @@ func TestReplayALongerWindowUnderFailLocalCountsWhatTheLongestLogKept(t *testing
 		allowOp{Lim: 0, Who: "c", Cost: 1, Plan: plan{slidelimit.Per(4, 5*time.Second)}, Req: "r5", ID: true},
 	})
 }
+
+// TestACachedDenialInShadowModeIsRedissDenial: under WithShadow a denial
+// the deny cache answers comes back marked Shadow (and admitted), as
+// Redis's did; the checker judges it as the denial Redis gave, counted
+// down (found by a random seed once cached denials were judged whole).
+func TestACachedDenialInShadowModeIsRedissDenial(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(1, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen, DenyCache: true, Shadow: true},
+	}, []op{
+		allowOp{Lim: 0, Who: "a", Cost: 1, Req: "r1"},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Req: "r2"},
+		allowOp{Lim: 0, Who: "a", Cost: 1, Req: "r3"},
+		knockOp{Of: "r2", AtRetry: true, Delta: -1},
+		knockOp{Of: "r2", AtRetry: true, Delta: 0},
+	})
+}
