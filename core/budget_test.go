@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -319,4 +320,73 @@ func TestAShadowLimitBelowTheCost(t *testing.T) {
 			}
 		}
 	})
+}
+
+// lostReplies is a go-redis hook that runs each script call it is armed
+// for and then loses its reply, as a connection cut after Redis answered
+// does: the command ran, the caller hears an error.
+type lostReplies struct{ armed atomic.Int32 }
+
+func (h *lostReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lostReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && err == nil && h.armed.Add(-1) >= 0 {
+			cmd.SetErr(errors.New("test: reply lost"))
+			return cmd.Err()
+		}
+		return err
+	}
+}
+
+func (h *lostReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestSettleLandsOnItsCostAfterALostReply: a Settle whose script ran but
+// whose reply was lost leaves the request at either its old cost or the
+// target; each later Settle lands on the cost it names, exact and stepped
+// alike (issue 46).
+func TestSettleLandsOnItsCostAfterALostReply(t *testing.T) {
+	for _, limit := range []slidelimit.Limit{slidelimit.PerMinute(250), slidelimit.PerMinute(250).Stepped(time.Second)} {
+		t.Run(limit.String()+"/"+limit.Resolution().String(), func(t *testing.T) {
+			clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+				hook := &lostReplies{}
+				hook.armed.Store(-1)
+				rdb.AddHook(hook)
+				lim, _ := newLimiter(t, rdb, limit, slidelimit.WithDenyCache(0))
+				ctx := t.Context()
+				a := allowNOK(t, lim, "lost", 200)
+				hook.armed.Store(1)
+				if err := lim.Settle(ctx, a, 50); !errors.Is(err, slidelimit.ErrUnavailable) {
+					t.Fatalf("Settle(to 50) with its reply lost = %v, want ErrUnavailable", err)
+				}
+				if got := peekRemaining(t, lim, "lost"); got[0] != 200 {
+					t.Fatalf("after the settle to 50 ran, Remaining = %d, want 200", got[0])
+				}
+				for _, to := range []int{150, 120, 10, 180, 180} {
+					if err := lim.Settle(ctx, a, to); err != nil {
+						t.Fatalf("Settle(to %d) = %v", to, err)
+					}
+					if got := peekRemaining(t, lim, "lost"); got[0] != 250-to {
+						t.Fatalf("after Settle(to %d), Remaining = %d, want %d", to, got[0], 250-to)
+					}
+				}
+				// A lost reply on the way up, then down past where it began.
+				hook.armed.Store(1)
+				if err := lim.Settle(ctx, a, 240); !errors.Is(err, slidelimit.ErrUnavailable) {
+					t.Fatalf("Settle(to 240) with its reply lost = %v, want ErrUnavailable", err)
+				}
+				for _, to := range []int{100, 200} {
+					if err := lim.Settle(ctx, a, to); err != nil {
+						t.Fatalf("Settle(to %d) = %v", to, err)
+					}
+					if got := peekRemaining(t, lim, "lost"); got[0] != 250-to {
+						t.Fatalf("after a lost settle to 240, Settle(to %d) left Remaining = %d, want %d", to, got[0], 250-to)
+					}
+				}
+			})
+		})
+	}
 }

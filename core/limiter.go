@@ -217,6 +217,8 @@ func (l *Limiter) decide(ctx context.Context, who string, stems, names []string,
 	case res.Allowed && id != "":
 		res.d.admitted = admission{from: l, who: who, id: id, set: set, keys: keys}
 		res.d.admitted.cost.Store(int64(n))
+		res.d.admitted.lo.Store(int64(n))
+		res.d.admitted.hi.Store(int64(n))
 	case !res.Allowed && l.deny != nil:
 		l.deny.store(who, set.sig, n, asked, res)
 	}

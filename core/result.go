@@ -119,6 +119,10 @@ type admission struct {
 	who   string     // whose deny cache entries a settlement clears
 	id    string
 	cost  atomic.Int64 // the units recorded, as last settled
+	// lo and hi bound the units an exact log may hold for it: cost, unless
+	// a settle failed after its script may have run (a lost reply), which
+	// leaves either its old cost or its target.
+	lo, hi atomic.Int64
 	set   *limitSet    // the limits that admitted it
 	keys  []string     // the keys it was decided on
 }

@@ -29,8 +29,12 @@ import (
 // dropped counts as full.
 //
 // Settling is retry-safe: settling twice to the same cost changes nothing
-// the second time. A request that is never settled keeps its estimate,
-// which it was admitted for; its places in flight end with their lease.
+// the second time, and a settle lands on the cost it names whatever came
+// before, even a settle that failed with ErrUnavailable after it may have
+// run (a lost reply): the Result remembers both costs that one may have
+// left, and the next settle corrects from either. A request that is never
+// settled keeps its estimate, which it was admitted for; its places in
+// flight end with their lease.
 // Settling a Result that was not admitted, or was a Fallback, does
 // nothing; nor does a request the window has let go, or, for a stepped
 // limit, one older than the identity's last 128 admissions at its step.
@@ -147,7 +151,8 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 				to = recorded - MaxExactCost
 			}
 		}
-		args := a.set.plan.SettleArgs(a.id, recorded, to, lease, from.now(), shift)
+		lo, hi := int(a.lo.Load()), int(a.hi.Load())
+		args := a.set.plan.SettleArgs(a.id, lo, hi, to, lease, from.now(), shift)
 		// On the client that recorded it, within this limiter's own
 		// timeout: the call is l's, whatever limiter admitted the request.
 		err := from.rt.RunFor(ctx, l.cfg.timeout, func(ctx context.Context) error {
@@ -158,10 +163,18 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 			return err
 		})
 		if err != nil {
+			if to >= 0 {
+				// It may have run: the next settle lands on its own cost
+				// from either outcome.
+				a.lo.Store(int64(min(lo, to)))
+				a.hi.Store(int64(max(hi, to)))
+			}
 			return fmt.Errorf("%w: %s script: %w", ErrUnavailable, what, err)
 		}
 		if to >= 0 {
 			a.cost.Store(int64(to))
+			a.lo.Store(int64(to))
+			a.hi.Store(int64(to))
 			recorded = to
 		}
 		if last {

@@ -398,6 +398,9 @@ func genSettle(t *rapid.T, h *harness) op {
 		}
 		o.Twice = rapid.Bool().Draw(t, "settle twice")
 	}
+	if h.env.private && rapid.IntRange(0, 3).Draw(t, "settle under a pause") == 3 {
+		o.Pause = 300 * time.Millisecond // a short timeout's reply is lost: the script runs after it gave up
+	}
 	return o
 }
 

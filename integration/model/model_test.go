@@ -223,8 +223,8 @@ func runChecks(t *testing.T, e *env, mode string, budget time.Duration, check fu
 	t.Logf("%s: %d checks from seed %d in %v, %d failed", mode, checks, base, time.Since(start).Round(time.Millisecond), failed)
 	tally.Lock()
 	defer tally.Unlock()
-	t.Logf("%s: %d sequences, %d steps (shrinking's included), %d fallbacks, %d decisions held in doubt, at most %d states of an identity, %d identities lost track of",
-		mode, tally.sequences, tally.steps, tally.fallbacks, tally.doubtful, tally.most, tally.lost)
+	t.Logf("%s: %d sequences, %d steps (shrinking's included), %d fallbacks, %d settles whose reply may be lost, %d decisions held in doubt, at most %d states of an identity, %d identities lost track of",
+		mode, tally.sequences, tally.steps, tally.fallbacks, tally.lostSettles, tally.doubtful, tally.most, tally.lost)
 	if len(tally.judged) > 0 {
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(tally.judged)) {
@@ -239,7 +239,7 @@ func runChecks(t *testing.T, e *env, mode string, budget time.Duration, check fu
 		// A budget that runs nothing can never fail: that is a failure.
 		t.Errorf("%s ran %d sequences of %d steps in %v: the checker checked nothing", mode, tally.sequences, tally.steps, time.Since(start).Round(time.Millisecond))
 	}
-	tally.sequences, tally.steps, tally.fallbacks, tally.doubtful, tally.most, tally.lost = 0, 0, 0, 0, 0, 0
+	tally.sequences, tally.steps, tally.fallbacks, tally.doubtful, tally.most, tally.lost, tally.lostSettles = 0, 0, 0, 0, 0, 0, 0
 }
 
 // shrunk is the last failure reported: its kind and how many steps its
@@ -253,7 +253,7 @@ var shrunk struct {
 // tally sums what the checks of a mode did, for its closing line.
 var tally struct {
 	sync.Mutex
-	sequences, steps, fallbacks, doubtful, most, lost int
+	sequences, steps, fallbacks, doubtful, most, lost, lostSettles int
 	judged                                            map[string]int // what the concurrent modes' invariants judged, by kind
 }
 
@@ -504,6 +504,7 @@ func (h *harness) finish() {
 		}
 	}
 	tally.fallbacks += h.counted.fallbacks
+	tally.lostSettles += h.counted.lostSettles
 	tally.doubtful += h.counted.doubtful
 	tally.most = max(tally.most, most)
 	tally.lost += lost

@@ -27,6 +27,19 @@ type callRec struct {
 	res     slidelimit.Result
 	settled int   // 1 + the cost it was last settled to; 0 if never
 	now     int64 // µs, test clock: when it was decided (sequential modes)
+	// unsure, lo and hi: a settle to lo or hi failed after it may have
+	// run, and the client holds the request at either (or between).
+	unsure bool
+	lo, hi int
+}
+
+// bounds returns the units the client holds the request at: its cost, or
+// lo to hi after a settle that may have run.
+func (r *callRec) bounds() (lo, hi int) {
+	if r.unsure {
+		return r.lo, r.hi
+	}
+	return r.cost(), r.cost()
 }
 
 // cost is the units the call's request was recorded at, as last settled.
@@ -69,7 +82,7 @@ type harness struct {
 
 	failure string // the first failure's kind; "" while none
 	detail  string
-	counted struct{ fallbacks, doubtful int }
+	counted struct{ fallbacks, doubtful, lostSettles int }
 }
 
 func newHarness(t tester, e *env, specs []limiterSpec) (*harness, error) {
@@ -742,13 +755,21 @@ type settleOp struct {
 	Cost  int
 	Twice bool
 	D     time.Duration
+	// Pause holds Redis (CLIENT PAUSE) while the correction is sent: one
+	// through a limiter of a shorter timeout fails, and runs when the pause
+	// ends, a lost reply.
+	Pause time.Duration
 }
 
 func (o settleOp) String() string {
-	if o.Kind == "shift" {
-		return fmt.Sprintf("settleOp{Of: %q, Via: %d, Kind: %q, D: %s}", o.Of, o.Via, o.Kind, durString(o.D))
+	pause := ""
+	if o.Pause > 0 {
+		pause = ", Pause: " + durString(o.Pause)
 	}
-	return fmt.Sprintf("settleOp{Of: %q, Via: %d, Kind: %q, Cost: %d, Twice: %v}", o.Of, o.Via, o.Kind, o.Cost, o.Twice)
+	if o.Kind == "shift" {
+		return fmt.Sprintf("settleOp{Of: %q, Via: %d, Kind: %q, D: %s%s}", o.Of, o.Via, o.Kind, durString(o.D), pause)
+	}
+	return fmt.Sprintf("settleOp{Of: %q, Via: %d, Kind: %q, Cost: %d, Twice: %v%s}", o.Of, o.Via, o.Kind, o.Cost, o.Twice, pause)
 }
 
 // call makes the correction through lim.
@@ -774,14 +795,38 @@ func (o settleOp) run(h *harness) {
 	}
 	now := h.clock.freeze()
 	defer h.clock.unfreeze()
+	lo, hi := rec.bounds() // what the client sends as the request's units
+	var until time.Time
+	if o.Pause > 0 && h.up {
+		until = h.env.pause(o.Pause)
+	}
 	a := time.Now()
 	err := o.call(h.lims[o.Via], rec.res)
+	firstErr := err
 	if err == nil && o.Twice {
 		// Settling is retry-safe: "settling twice to the same cost changes
 		// nothing the second time".
 		err = o.call(h.lims[o.Via], rec.res)
 	}
+	if !until.IsZero() {
+		// A call that gave up ran when the pause ended, or still may.
+		sleepUntil(until)
+		h.mayRunUntil(time.Now().Add(maybeRunSlack))
+	}
 	b := time.Now()
+	if r := rec.res; (o.Kind == "settle" || o.Kind == "refund") && r.Allowed && !r.Fallback && !r.Shadow && !r.Cached {
+		// What the client then holds the request at (settle.go): the
+		// target if a call to it answered, else anything from where it
+		// was to the target, which a later settle lands on from either.
+		to := o.Cost // a refund's is 0
+		switch {
+		case firstErr == nil:
+			rec.settled, rec.unsure = to+1, false
+		case isUnavailable(firstErr):
+			rec.lo, rec.hi, rec.unsure = min(lo, to), max(hi, to), true
+			h.counted.lostSettles++
+		}
+	}
 	r := rec.res
 	limits := h.limitsOf(rec.call)
 	cl := h.callOf(rec.call, limits, now, a, b)
@@ -789,7 +834,7 @@ func (o settleOp) run(h *harness) {
 	if r.Local && o.Kind != "renew" && o.Kind != "shift" {
 		h.local[rec.call.Lim].release(rec.call.Req) // Shift and Renew keep FailLocal's places in flight
 	}
-	act := settleAct{id: idOf(rec.call.Req), old: rec.cost(), units: -1, now: now, ra: a, rb: b}
+	act := settleAct{id: idOf(rec.call.Req), lo: lo, old: hi, units: -1, now: now, ra: a, rb: b}
 	switch o.Kind {
 	case "refund":
 		act.units, act.lease = 0, leaseRelease
@@ -815,7 +860,8 @@ func (o settleOp) run(h *harness) {
 		if !isUnavailable(err) {
 			h.fail(kindDecision, "%s: %s = %v, want nil or an error wrapping ErrUnavailable", o, o.Kind, err)
 		}
-		if h.up && h.specs[o.Via].strict() && time.Since(h.env.healed) > healTime {
+		stalled := o.Pause > 0 && h.specs[o.Via].Timeout < 2*o.Pause+stallSlack
+		if h.up && h.specs[o.Via].strict() && time.Since(h.env.healed) > healTime && !stalled {
 			h.fail(kindFallback, "%s: %s = %v while Redis answered", o, o.Kind, err)
 		}
 		if recorded && h.up {
@@ -860,9 +906,7 @@ func (o settleOp) run(h *harness) {
 			}
 			return
 		}
-		if o.Kind == "settle" {
-			rec.settled = o.Cost + 1
-		}
+
 	}
 	// Observe what it gave back: a Peek under the call's limits (a tree's
 	// own level's), through the limiter that corrected it, which the model
@@ -896,7 +940,7 @@ func (o settleOp) run(h *harness) {
 func (h *harness) settleIn(s *state, g group, cl call, act settleAct, a, b time.Time, ended int) []*state {
 	steps := stepsOfParts(g.parts)
 	if strings.HasSuffix(g.name, "#req") {
-		act.old = 1 // settle.lua: "one unit a request, refunded only"
+		act.lo, act.old = 1, 1 // settle.lua: "one unit a request, refunded only"
 		if act.units != 0 {
 			act.units = -1
 		}

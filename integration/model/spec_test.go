@@ -1056,7 +1056,7 @@ func (g *slog) stat(c call, l slidelimit.Limit, n int64, admit, allowed bool) st
 // renewTo), and its units moved later by shift µs.
 type settleAct struct {
 	id      string
-	old     int
+	lo, old int // the units the client holds it at: old, or lo to old after a settle that may have run
 	units   int
 	lease   leaseAct
 	now     int64 // µs, test clock: a renewal's or a shift's now
@@ -1078,7 +1078,7 @@ const (
 
 // refundAct is a refund of id admitted at cost: Settle(ctx, r, 0).
 func refundAct(id string, cost int) settleAct {
-	return settleAct{id: id, old: cost, units: 0, lease: leaseRelease}
+	return settleAct{id: id, lo: cost, old: cost, units: 0, lease: leaseRelease}
 }
 
 // settle applies a to the logs of steps, and returns the states it may
@@ -1096,7 +1096,7 @@ func (st *state) settle(a settleAct, steps []int64) ([]*state, int) {
 	for _, step := range steps {
 		switch {
 		case step == 0 && a.units >= 0:
-			xs = st.x.settle(a.id, a.old, a.units)
+			xs = st.x.settle(a.id, a.lo, a.old, a.units)
 		case step > 0 && a.units >= 0:
 			if g := st.s[step]; g != nil && g.exists {
 				g.settle(a.id, a.units)
@@ -1121,26 +1121,28 @@ func (st *state) settle(a settleAct, steps []int64) ([]*state, int) {
 	return out, leases
 }
 
-// settle moves the units of the request of id from old to units, if the
-// log holds its own member, and keeps the newest Q.
-func (x *xlog) settle(id string, old, units int) []*xlog {
+// settle moves the units of the request of id, which the client holds at
+// lo to old, to units, if the log holds its own member, and keeps the
+// newest Q: "a settle lands on the cost it names".
+func (x *xlog) settle(id string, lo, old, units int) []*xlog {
 	i := slices.IndexFunc(x.entries, func(e *xentry) bool {
 		return e.id == id && !e.anon && len(e.members) > 0 && e.members[0] == 0
 	})
-	if i < 0 || units == old {
+	if i < 0 || units == old && lo == old {
 		return []*xlog{x}
 	}
 	x.entries = slices.Clone(x.entries)
 	e := *x.entries[i]
 	if units < old {
 		e.members = slices.DeleteFunc(slices.Clone(e.members), func(u int) bool { return u >= units && u < old })
-	} else {
+	}
+	if units > lo {
 		held := map[int]bool{}
 		for _, u := range e.members {
 			held[u] = true
 		}
 		e.members = slices.Clone(e.members)
-		for u := old; u < units; u++ {
+		for u := lo; u < units; u++ {
 			if !held[u] {
 				e.members = append(e.members, u)
 			}
@@ -1156,7 +1158,7 @@ func (x *xlog) settle(id string, old, units int) []*xlog {
 	for _, e := range x.entries {
 		n += e.units()
 	}
-	if units > old && x.rec && n > x.q {
+	if units > lo && x.rec && n > x.q {
 		return x.dropOldest(n - x.q)
 	}
 	return []*xlog{x}

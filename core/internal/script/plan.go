@@ -191,15 +191,20 @@ const (
 )
 
 // SettleArgs returns the settle script's ARGV correcting the request id,
-// recorded at cost recorded under p, to cost (below 0: left as it is),
-// with lease, LeaseKeep, LeaseRelease or the µs to renew its leases for,
-// from clock (µs as decimal digits, or "" for Redis TIME), and moving its
-// units later by shift µs.
-func (p *Plan) SettleArgs(id string, recorded, cost int, lease, clock string, shift int64) []any {
+// recorded under p at lo to hi units (one cost, unless a settle whose
+// reply was lost may have run), to cost (below 0: left as it is), with
+// lease, LeaseKeep, LeaseRelease or the µs to renew its leases for, from
+// clock (µs as decimal digits, or "" for Redis TIME), and moving its units
+// later by shift µs.
+func (p *Plan) SettleArgs(id string, lo, hi, cost int, lease, clock string, shift int64) []any {
 	args := make([]any, 0, 6+len(p.parts))
 	to := ""
 	if cost >= 0 {
 		to = strconv.Itoa(cost)
+	}
+	var recorded any = hi
+	if lo != hi {
+		recorded = strconv.Itoa(lo) + ":" + strconv.Itoa(hi)
 	}
 	args = append(args, id, recorded, to, lease, clock, shift)
 	for _, part := range p.parts {

@@ -96,7 +96,7 @@ func (h *harness) decide(p *Plan, cost int, id string) (allowed, duplicate bool,
 // the request's first part held before.
 func (h *harness) settle(p *Plan, recorded, cost int, id, lease string) int64 {
 	h.t.Helper()
-	reply, err := strictSettle.Run(h.t.Context(), h.rdb, h.keys(p), p.SettleArgs(id, recorded, cost, lease, strconv.FormatInt(h.now, 10), 0)...).Int64Slice()
+	reply, err := strictSettle.Run(h.t.Context(), h.rdb, h.keys(p), p.SettleArgs(id, recorded, recorded, cost, lease, strconv.FormatInt(h.now, 10), 0)...).Int64Slice()
 	if err != nil {
 		h.t.Fatalf("settle(%x): %v", id, err)
 	}
@@ -877,7 +877,7 @@ func TestTheNewestBucketCountsInTheHeader(t *testing.T) {
 	// its units later by shift.
 	settle := func(id string, recorded, cost int, shift int64, from int64) {
 		t.Helper()
-		args := p.SettleArgs(id, recorded, cost, "", strconv.FormatInt(h.now, 10), shift)
+		args := p.SettleArgs(id, recorded, recorded, cost, "", strconv.FormatInt(h.now, 10), shift)
 		if _, err := strictSettle.Run(t.Context(), h.rdb, h.keys(p), args...).Int64Slice(); err != nil {
 			t.Fatalf("settle: %v", err)
 		}
@@ -942,7 +942,7 @@ func TestAShiftBeyondNowStaysInTheRing(t *testing.T) {
 	at := func(ms int64) { h.now = start + ms*step }
 	shift := func(id string, ms int64) {
 		t.Helper()
-		args := p.SettleArgs(id, 1, -1, LeaseKeep, strconv.FormatInt(h.now, 10), ms*step)
+		args := p.SettleArgs(id, 1, 1, -1, LeaseKeep, strconv.FormatInt(h.now, 10), ms*step)
 		if _, err := strictSettle.Run(t.Context(), h.rdb, h.keys(p), args...).Int64Slice(); err != nil {
 			t.Fatalf("shift: %v", err)
 		}

@@ -7,7 +7,9 @@
 -- KEYS[i]      the parts the request was decided on, as the allow script
 --              took them.
 -- ARGV[1]      the request id.
--- ARGV[2]      the cost recorded for it when admitted (or last settled).
+-- ARGV[2]      the cost recorded for it when admitted (or last settled);
+--              or "lo:hi" when a settle whose reply was lost may have run,
+--              and an exact log may hold any of lo to hi units of it.
 -- ARGV[3]      the cost to settle to, or "" to leave it.
 -- ARGV[4]      its leases: "" to leave them, "0" to release them, else the
 --              µs to renew them for, from now.
@@ -23,6 +25,7 @@
 --              log, -1 for an in-flight log; followed by "r" for a log that
 --              counts requests, one each, rather than their cost.
 --
+-- A settle lands on the cost it names, whatever the log held of lo to hi.
 -- A settle to fewer units gives the rest back; to more, it records the
 -- excess at the admission's time, so that a window may hold more than its
 -- quota until the excess leaves it (an exact log still keeps at most its
@@ -57,9 +60,16 @@ end
 
 for i, key in ipairs(KEYS) do
   local spec = ARGV[6 + i]
-  local old, new = tonumber(ARGV[2]), tonumber(ARGV[3])
+  local lo, old = string.match(ARGV[2], '^(%d+):(%d+)$')
+  if lo then
+    lo, old = tonumber(lo), tonumber(old)
+  else
+    old = tonumber(ARGV[2])
+    lo = old
+  end
+  local new = tonumber(ARGV[3])
   if string.byte(spec, -1) == 114 then -- "r": one unit a request, refunded only
-    spec, old = string.sub(spec, 1, -2), 1
+    spec, old, lo = string.sub(spec, 1, -2), 1, 1
     if new ~= 0 then
       new = nil
     end
@@ -79,11 +89,12 @@ for i, key in ipairs(KEYS) do
             members = {}
           end
         end
-      elseif new and new > old then
+      end
+      if new and new > lo then
         local args = {'NX'}
-        for u = old, new - 1 do
+        for u = lo, new - 1 do
           args[#args + 1] = s
-          args[#args + 1] = id .. u
+          args[#args + 1] = u == 0 and id or id .. u
           if #args >= 201 or u == new - 1 then
             call('ZADD', key, unpack(args))
             args = {'NX'}
