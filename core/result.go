@@ -123,6 +123,6 @@ type admission struct {
 	// a settle failed after its script may have run (a lost reply), which
 	// leaves either its old cost or its target.
 	lo, hi atomic.Int64
-	set   *limitSet    // the limits that admitted it
-	keys  []string     // the keys it was decided on
+	set    *limitSet // the limits that admitted it
+	keys   []string  // the keys it was decided on
 }

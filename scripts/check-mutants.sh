@@ -10,7 +10,7 @@
 # if it does not apply or core does not build), and runs the model checker
 # on it as make test does, with a throwaway Redis of its own
 # (scripts/with-redis.sh):
-#   go test -race -short -count=1 -timeout 20m -run '^TestModel$' ./model/ -args -model.seed=1
+#   go test -race -short -count=1 -timeout 20m -run "$RUN" ./model/ -args -model.seed=1
 # and, if that does not catch the mutant, the same without -short, as make
 # check does. A run catches the mutant when the checker prints its
 # `model-failure: mode=... seed=... after=... shrunk=... kind="..."` line.
@@ -27,6 +27,8 @@
 #               ${TMPDIR:-/tmp}/slidelimit-mutants.XXXXXX, printed)
 #   BASELINE=1  first run the unpatched tree under the first budget, and stop
 #               if the checker fails there (a mutant caught means nothing then)
+#   RUN         the -run pattern (default ^TestModel$; e.g. 'TestModel/concurrent'
+#               to see whether the concurrent modes alone catch a mutant)
 #   GO          the go command (default go)
 #
 # The runs are one at a time: each takes a few minutes on 2 cores (-race).
@@ -39,6 +41,7 @@ GO=${GO:-go}
 BUDGETS=${BUDGETS:-test check}
 MODEL_ARGS=${MODEL_ARGS:-}
 BASELINE=${BASELINE:-0}
+RUN=${RUN:-^TestModel\$}
 
 die() {
 	echo "check-mutants: $*" >&2
@@ -132,7 +135,7 @@ run() {
 	set +e
 	# shellcheck disable=SC2016 # "$GO" and "$@" are the inner bash's
 	(cd "$tree" && GO=$GO scripts/with-redis.sh bash -c 'cd integration && "$GO" test -race "$@"' bash \
-		"${short[@]}" -count=1 -timeout 20m -run '^TestModel$' ./model/ -args -model.seed=1 "${model_args[@]}") >"$log" 2>&1
+		"${short[@]}" -count=1 -timeout 20m -run "$RUN" ./model/ -args -model.seed=1 "${model_args[@]}") >"$log" 2>&1
 	status=$?
 	set -e
 	echo $((SECONDS - start))

@@ -254,7 +254,7 @@ var shrunk struct {
 var tally struct {
 	sync.Mutex
 	sequences, steps, fallbacks, doubtful, most, lost, lostSettles int
-	judged                                            map[string]int // what the concurrent modes' invariants judged, by kind
+	judged                                                         map[string]int // what the concurrent modes' invariants judged, by kind
 }
 
 // sequentialCheck is one check of a sequential mode: limiters of random
