@@ -390,3 +390,42 @@ func TestSettleLandsOnItsCostAfterALostReply(t *testing.T) {
 		})
 	}
 }
+
+// TestAShadowLeaseHoldsNoEnforcedPlace: a request's place in flight lasts
+// the lease of its enforced in-flight limit, whatever the lease of a
+// shadow one beside it: InFlight(1, 1s) with InFlight(10, 3s).Shadowed()
+// frees a dead holder's place after 1 s, as InFlight(1, 1s) alone does
+// (issue 46: it took 3 s), and Renew renews for the enforced lease.
+func TestAShadowLeaseHoldsNoEnforcedPlace(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clock := newClock(0)
+		advance := clock.Add
+		enforced := slidelimit.InFlight(1, time.Second)
+		shadow := slidelimit.InFlight(10, 3*time.Second).Shadowed().Named("rollout")
+		lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(100), slidelimit.WithLimits(enforced, shadow),
+			slidelimit.WithClock(clock.Now), slidelimit.WithDenyCache(0))
+		ctx := t.Context()
+		holder := allowNOK(t, lim, "dead", 1)
+		if res, err := lim.Allow(ctx, "dead"); err != nil || res.Allowed || res.RetryAfter > time.Second {
+			t.Fatalf("Allow while the place is held = %+v, %v; want a denial with RetryAfter at most the 1s lease", res, err)
+		}
+		advance(time.Second - time.Microsecond)
+		if res, err := lim.Allow(ctx, "dead"); err != nil || res.Allowed {
+			t.Fatalf("Allow 1µs before the lease ends = %+v, %v; want a denial", res, err)
+		}
+		advance(time.Microsecond)
+		second := allowNOK(t, lim, "dead", 1) // the holder's 1 s lease has ended
+		if err := lim.Renew(ctx, holder); !errors.Is(err, slidelimit.ErrLeaseEnded) {
+			t.Fatalf("Renew of the ended holder = %v, want ErrLeaseEnded", err)
+		}
+		if err := lim.Renew(ctx, second); err != nil {
+			t.Fatalf("Renew of the new holder = %v", err)
+		}
+		advance(time.Second - time.Microsecond)
+		if res, err := lim.Allow(ctx, "dead"); err != nil || res.Allowed {
+			t.Fatalf("Allow 1µs before the renewed lease ends = %+v, %v; want a denial", res, err)
+		}
+		advance(time.Microsecond)
+		allowNOK(t, lim, "dead", 1)
+	})
+}

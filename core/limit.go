@@ -80,10 +80,13 @@ type Limit struct {
 	// InFlight makes the limit one on requests in flight rather than on
 	// units in a window: at most Quota requests of the identity hold a
 	// lease at once, each from its admission until it is released
-	// (Limiter.Release, Settle or Refund) or Window has passed since it was
-	// taken or renewed (Limiter.Renew), so that a holder that dies frees
-	// its place by itself. A request takes one place whatever its cost.
-	// See InFlight; an in-flight limit has no Step.
+	// (Limiter.Release, Settle or Refund) or its lease has passed since it
+	// was taken or renewed (Limiter.Renew), so that a holder that dies frees
+	// its place by itself. A request takes one place whatever its cost. Its
+	// lease is the longest Window of its enforced in-flight limits (of its
+	// shadow ones if it has none), so that a shadow limit never holds a
+	// place an enforced one would free. See InFlight; an in-flight limit
+	// has no Step.
 	InFlight bool
 	// Shadow makes the limit a shadow: it is counted and reported like the
 	// others (Result.Statuses; Observation.ShadowDenied lists it when it
@@ -97,6 +100,26 @@ type Limit struct {
 // its place for at most lease unless renewed. See Limit.InFlight.
 func InFlight(n int, lease time.Duration) Limit {
 	return Limit{Quota: n, Window: lease, InFlight: true}
+}
+
+// leaseOf returns the lease a request under limits takes in flight: the
+// longest Window of its enforced in-flight limits, or of its shadow ones
+// if it has none (0: no in-flight limit).
+func leaseOf(limits []Limit) time.Duration {
+	var lease, shadow time.Duration
+	for _, l := range limits {
+		switch {
+		case !l.InFlight:
+		case l.Shadow:
+			shadow = max(shadow, l.Window)
+		default:
+			lease = max(lease, l.Window)
+		}
+	}
+	if lease == 0 {
+		return shadow
+	}
+	return lease
 }
 
 // ForRequests returns a copy of l that counts requests rather than their

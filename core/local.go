@@ -154,11 +154,16 @@ func (l *localLimits) decide(ids, names []string, n int, id string, set *limitSe
 				e.record(cost, requests[i], now)
 			}
 		}
+		leased := make(map[*localEntry]bool, len(entries))
 		for i, lim := range set.limits {
 			switch {
 			case lim.InFlight:
-				e := level(i)
-				e.leases = append(e.leases, localLease{id: id, until: now.Add(lim.Window)})
+				// One place a level, as Redis's in-flight log takes: of
+				// the level's lease (leaseOf).
+				if e := level(i); !leased[e] {
+					leased[e] = true
+					e.leases = append(e.leases, localLease{id: id, until: now.Add(leaseOf(levelLimits(set, i)))})
+				}
 				counts[i]++
 			case lim.Requests:
 				counts[i]++
@@ -352,4 +357,19 @@ func (l *localLimits) len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lru.Len()
+}
+
+// levelLimits returns the limits of set that count the level of its i-th
+// limit (all of them for one identity).
+func levelLimits(set *limitSet, i int) []Limit {
+	if set.levels == nil {
+		return set.limits
+	}
+	var out []Limit
+	for j, l := range set.limits {
+		if set.levels[j] == set.levels[i] {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -75,8 +75,9 @@ func (l *Limiter) Release(ctx context.Context, r Result) error {
 }
 
 // Renew extends the places an admitted request holds in flight, for a call
-// that outlasts its lease: each lease ends the longest in-flight Window of
-// the request's limits from now. A lease that ended already is not
+// that outlasts its lease: each lease ends its length from now, the
+// longest Window of the request's enforced in-flight limits (of its shadow
+// ones if it has none; see Limit.InFlight). A lease that ended already is not
 // renewed: Renew then returns an error wrapping ErrLeaseEnded, and the
 // request holds no place (another may have taken it). Errors wrap
 // ErrUnavailable otherwise.
@@ -84,12 +85,7 @@ func (l *Limiter) Renew(ctx context.Context, r Result) error {
 	if r.d == nil || r.d.admitted.set == nil {
 		return nil
 	}
-	var lease time.Duration
-	for _, lim := range r.d.admitted.set.limits {
-		if lim.InFlight {
-			lease = max(lease, lim.Window)
-		}
-	}
+	lease := leaseOf(r.d.admitted.set.limits)
 	if lease == 0 {
 		return nil
 	}

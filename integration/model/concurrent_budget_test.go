@@ -210,17 +210,9 @@ func logsOf(adm []*record) []logAdmissions {
 	return out
 }
 
-// leaseOf is the longest lease of r's limits in flight (0: none): the
-// place it holds, "of the longest window" of its limits in flight.
-func leaseOf(r *record) time.Duration {
-	var d time.Duration
-	for _, l := range r.limits {
-		if l.InFlight && !l.Shadow {
-			d = max(d, l.Window)
-		}
-	}
-	return d
-}
+// recordLease is the lease r took in flight (0: none): leaseOf its
+// limits.
+func recordLease(r *record) time.Duration { return leaseOf(r.limits) }
 
 // inFlightViolation finds an admission under a limit in flight that
 // surely found its quota of places held: admissions decided before its
@@ -236,7 +228,7 @@ func (hi *history) inFlightViolation(first map[string]*record) string {
 			}
 			var held []string
 			for _, x := range first {
-				lease := leaseOf(x)
+				lease := recordLease(x)
 				if x == r || x.c.Who != r.c.Who || lease == 0 || !x.b.Before(r.a) || !x.a.Add(lease).After(r.b) {
 					continue
 				}

@@ -154,7 +154,7 @@ func (o roundOp) run(h *harness) {
 		case len(r.limits) > 1:
 			hist.judged["calls of several limits"]++
 		}
-		if leaseOf(r) > 0 && r.admitted() {
+		if recordLease(r) > 0 && r.admitted() {
 			hist.judged["admissions in flight"]++
 		}
 	}

@@ -843,12 +843,7 @@ func (o settleOp) run(h *harness) {
 	case "release":
 		act.lease = leaseRelease
 	case "renew":
-		var d int64
-		for _, l := range limits {
-			if l.InFlight {
-				d = max(d, l.Window.Microseconds())
-			}
-		}
+		d := leaseOf(limits).Microseconds()
 		act.lease, act.renewTo = leaseRenew, now+d
 		if d == 0 {
 			recorded = false // Renew of a request with no place in flight does nothing

@@ -668,10 +668,11 @@ func (p *pending) finish(admit, allowed, retryFits bool, nparts int) []outcome {
 		case pt.step > 0:
 			st.stepLog(pt.step).finish(c, p.sr[pt.step], admit)
 		default:
-			var lease int64
+			var part []slidelimit.Limit
 			for _, i := range pt.idx {
-				lease = max(lease, c.limits[i].Window.Microseconds())
+				part = append(part, c.limits[i])
 			}
+			lease := leaseOf(part).Microseconds()
 			if admit {
 				st.f.admit(c, lease)
 			}
@@ -1295,8 +1296,8 @@ func (f *flog) holds(id string, now int64) bool {
 	return slices.ContainsFunc(f.leases, func(l lease) bool { return l.id == id && !l.anon && l.end > now })
 }
 
-// admit takes a lease for c, of d µs: "of the longest window" of the
-// part's limits. The log lives as long as its longest lease: a lease no
+// admit takes a lease for c, of d µs: "the longest Window of its enforced
+// in-flight limits (of its shadow ones if it has none)" (leaseOf). The log lives as long as its longest lease: a lease no
 // longer than one held leaves the log's life as it was.
 func (f *flog) admit(c call, d int64) {
 	f.leases = append(slices.Clone(f.leases), lease{id: c.id, anon: c.anon, req: c.req, end: c.now + d})
@@ -1815,8 +1816,9 @@ func (lm *localModel) judge(res slidelimit.Result, cl call, peek bool) string {
 }
 
 // record notes an admission FailLocal made of cl: in each log its
-// limits count, its cost (1 in a log of requests), and a place in flight
-// per in-flight limit.
+// limits count, its cost (1 in a log of requests), and one place in flight
+// a level with an in-flight limit, of the level's lease (leaseOf), as
+// Redis's in-flight log takes.
 func (lm *localModel) record(cl call) { lm.recordAs(cl, false) }
 
 // mayRecord notes an admission FailLocal may have made of cl and kept:
@@ -1829,10 +1831,18 @@ func (lm *localModel) recordAs(cl call, maybe bool) {
 	for i, l := range cl.limits {
 		name := localName(cl, i)
 		if l.InFlight {
-			if maybe {
+			if maybe || done["lease "+name] {
 				continue // a waiter holds no place in flight: Wait decides by the limiter's own limits
 			}
-			lm.leases[name] = append(lm.leases[name], localLease{req: cl.req, lo: cl.ra.Add(l.Window), hi: cl.rb.Add(l.Window)})
+			done["lease "+name] = true
+			var level []slidelimit.Limit
+			for j, x := range cl.limits {
+				if localName(cl, j) == name {
+					level = append(level, x)
+				}
+			}
+			d := leaseOf(level)
+			lm.leases[name] = append(lm.leases[name], localLease{req: cl.req, lo: cl.ra.Add(d), hi: cl.rb.Add(d)})
 			continue
 		}
 		if done[name] {
@@ -1852,4 +1862,25 @@ func (lm *localModel) release(req string) {
 	for name, ls := range lm.leases {
 		lm.leases[name] = slices.DeleteFunc(ls, func(l localLease) bool { return l.req == req })
 	}
+}
+
+// leaseOf is the lease a request under limits takes in flight: "the
+// longest Window of its enforced in-flight limits (of its shadow ones if
+// it has none), so that a shadow limit never holds a place an enforced one
+// would free" (Limit.InFlight).
+func leaseOf(limits []slidelimit.Limit) time.Duration {
+	var lease, shadow time.Duration
+	for _, l := range limits {
+		switch {
+		case !l.InFlight:
+		case l.Shadow:
+			shadow = max(shadow, l.Window)
+		default:
+			lease = max(lease, l.Window)
+		}
+	}
+	if lease == 0 {
+		return shadow
+	}
+	return lease
 }

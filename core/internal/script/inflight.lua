@@ -27,16 +27,29 @@ inflight_read = function(key, now, nlim, out, o)
 end
 
 -- inflight_finish takes a lease for id, of the longest window of the nlim
--- limits, if admit, evicts the leases that ended if one is held, then
+-- limits that are enforced (of the shadow ones if none is, for a shadow
+-- never decides what an enforced limit admits), if admit, evicts the
+-- leases that ended if one is held, then
 -- replaces the count of each limit in out with its
 -- three values: places left, the µs until the first lease ends if the
 -- limit denies (a release may come sooner), and the µs until the last
 -- lease ends. Limits come as in exact.lua.
 inflight_finish = function(key, now, id, admit, allowed, n, x, nlim, q1, w1, out, o)
   if admit then
-    local lease = w1
-    for i = 2, nlim do
-      lease = math.max(lease, tonumber(ARGV[x + 2 * i - 1]))
+    local lease, shadow = 0, 0
+    for i = 1, nlim do
+      local q, w = q1, w1
+      if i > 1 then
+        q, w = tonumber(ARGV[x + 2 * i - 2]), tonumber(ARGV[x + 2 * i - 1])
+      end
+      if q < 0 then -- a shadow's quota is negative
+        shadow = math.max(shadow, w)
+      else
+        lease = math.max(lease, w)
+      end
+    end
+    if lease == 0 then
+      lease = shadow
     end
     call('ZADD', key, now + lease, id)
     -- Never shorter than a longer lease another plan took.
