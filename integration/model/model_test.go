@@ -495,12 +495,19 @@ func (h *harness) finish() {
 	tally.Lock()
 	tally.sequences++
 	tally.steps += len(h.ops)
+	if tally.judged == nil {
+		tally.judged = map[string]int{}
+	}
 	if h.hist != nil {
-		if tally.judged == nil {
-			tally.judged = map[string]int{}
-		}
 		for k, n := range h.hist.judged {
 			tally.judged[k] += n
+		}
+	} else {
+		for _, o := range h.ops {
+			tally.judged[strings.TrimPrefix(fmt.Sprintf("%T", o), "model.")]++
+			if s, ok := o.(settleOp); ok && s.Pause > 0 {
+				tally.judged["settleOp under a pause"]++
+			}
 		}
 	}
 	tally.fallbacks += h.counted.fallbacks
