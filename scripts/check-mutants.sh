@@ -13,7 +13,9 @@
 #   go test -race -short -count=1 -timeout 20m -run "$RUN" ./model/ -args -model.seed=1
 # and, if that does not catch the mutant, the same without -short, as make
 # check does. A run catches the mutant when the checker prints its
-# `model-failure: mode=... seed=... after=... shrunk=... kind="..."` line.
+# `model-failure: mode=... seed=... after=... shrunk=... reproduced=k/n kind="..."`
+# line, or else when one of the package's regression tests fails (mode
+# "regression": the random sequences did not reach it in the budget).
 # It prints one row per mutant (which budget caught it, the mode, the time
 # to the first failure within that mode, the shrunk sequence's length and
 # the failure's kind) and exits non-zero if any mutant was not caught.
@@ -27,8 +29,10 @@
 #               ${TMPDIR:-/tmp}/slidelimit-mutants.XXXXXX, printed)
 #   BASELINE=1  first run the unpatched tree under the first budget, and stop
 #               if the checker fails there (a mutant caught means nothing then)
-#   RUN         the -run pattern (default ^TestModel$; e.g. 'TestModel/concurrent'
-#               to see whether the concurrent modes alone catch a mutant)
+#   RUN         the -run pattern (default ., the whole package as make test
+#               runs it: the checker and its regression tests; '^TestModel$'
+#               for the random sequences alone, 'TestModel/concurrent' for
+#               the concurrent modes alone)
 #   GO          the go command (default go)
 #
 # The runs are one at a time: each takes a few minutes on 2 cores (-race).
@@ -41,7 +45,7 @@ GO=${GO:-go}
 BUDGETS=${BUDGETS:-test check}
 MODEL_ARGS=${MODEL_ARGS:-}
 BASELINE=${BASELINE:-0}
-RUN=${RUN:-^TestModel\$}
+RUN=${RUN:-.}
 
 die() {
 	echo "check-mutants: $*" >&2
@@ -151,7 +155,7 @@ failure() {
 	[ "$n" -gt 0 ] || return 0
 	first=$(grep -m1 'model-failure:' "$log")
 	# kind is quoted as Go's %q: the quotes go, the escapes stay.
-	parsed=$(sed -n 's/.*model-failure: mode=\([^ ]*\) seed=[0-9]* after=\([^ ]*\) shrunk=\([^ ]*\) kind="\(.*\)"[[:space:]]*$/\1\t\2\t\3\t'"$n"'\t\4/p' <<<"$first")
+	parsed=$(sed -n 's/.*model-failure: mode=\([^ ]*\) seed=[0-9]* after=\([^ ]*\) shrunk=\([^ ]*\) reproduced=\([^ ]*\) kind="\(.*\)"[[:space:]]*$/\1\t\2\t\3 (\4)\t'"$n"'\t\5/p' <<<"$first")
 	[ -n "$parsed" ] || parsed=$'?\t?\t?\t'"$n"$'\t'"${first#*model-failure: }" # a line of another format
 	printf '%s\n' "$parsed"
 }
@@ -189,6 +193,14 @@ for patch in "${patches[@]}"; do
 			echo "   caught ($budget, ${secs}s): $mode after $after, shrunk to $shrunk steps, kind $kind" >&2
 			break
 		fi
+		regress=$(grep -o '^--- FAIL: Test[A-Za-z0-9_]*' "$log" | sed 's/^--- FAIL: //' | grep -v '^TestModel$' | sort -u | tr '\n' ' ' || true)
+		if [ "$status" -ne 0 ] && [ -n "$regress" ]; then
+			# A regression test of the checker's package caught it, as
+			# make test would: the random sequences did not.
+			by=$budget mode=regression kind="caught by ${regress% } only"
+			echo "   caught ($budget, ${secs}s) by a regression test only: $regress" >&2
+			break
+		fi
 		if [ "$status" -ne 0 ]; then
 			# go test failed with no model-failure line: a build error, a
 			# Redis that did not start, a timeout, a test of the harness.
@@ -204,10 +216,10 @@ for patch in "${patches[@]}"; do
 done
 
 table() {
-	printf '%-28s %-10s %-22s %-5s %-10s %-6s %-6s %s\n' MUTANT CAUGHT-BY MODE FAILS AFTER SHRUNK WALL KIND
+	printf '%-28s %-10s %-22s %-5s %-10s %-14s %-6s %s\n' MUTANT CAUGHT-BY MODE FAILS AFTER 'SHRUNK (REPRO)' WALL KIND
 	for row in "${rows[@]}"; do
 		IFS=$'\t' read -r name by mode modes after shrunk wall kind <<<"$row"
-		printf '%-28s %-10s %-22s %-5s %-10s %-6s %-6s %s\n' "$name" "$by" "$mode" "$modes" "$after" "$shrunk" "$wall" "$kind"
+		printf '%-28s %-10s %-22s %-5s %-10s %-14s %-6s %s\n' "$name" "$by" "$mode" "$modes" "$after" "$shrunk" "$wall" "$kind"
 	done
 }
 echo

@@ -77,6 +77,10 @@ type history struct {
 	judged   map[string]int           // what the invariants judged, by kind, for the mode's tally
 }
 
+func newHistory(h *harness) *history {
+	return &history{h: h, refunded: map[string]bool{}, settles: map[string][]settleTrial{}, judged: map[string]int{}}
+}
+
 // roundOp is a burst of calls made at once, with Redis paused for Pause
 // meanwhile, or its connections killed after Kill, if set.
 type roundOp struct {
@@ -470,7 +474,7 @@ func sureWithin(lo, hi, w, step int64) bool {
 func concurrentCheck(t *rapid.T, e *env) {
 	specs := genShortSpecs(t)
 	h := start(t, e, specs)
-	h.hist = &history{h: h, refunded: map[string]bool{}, settles: map[string][]settleTrial{}, judged: map[string]int{}}
+	h.hist = newHistory(h)
 	t.Repeat(map[string]func(*rapid.T){
 		"round":  func(t *rapid.T) { h.do(genRound(t, h)) },
 		"sleep":  func(t *rapid.T) { h.do(genSleep(t)) },

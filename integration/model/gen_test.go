@@ -189,7 +189,8 @@ func opKinds(e *env) []opKind {
 		{"knock", 4, genKnock},
 	}
 	if e.private {
-		kinds = append(kinds, opKind{"kill", 1, func(*rapid.T, *harness) op { return killOp{} }})
+		kinds = append(kinds, opKind{"kill", 1, func(*rapid.T, *harness) op { return killOp{} }},
+			opKind{"lost reply", 5, genLostReply})
 	}
 	if e.server != nil {
 		kinds = append(kinds, opKind{"down", 2, func(*rapid.T, *harness) op { return downOp{} }},
@@ -399,8 +400,12 @@ func genSettle(t *rapid.T, h *harness) op {
 			unsure = append(unsure, r)
 		}
 	}
-	if len(unsure) > 0 && rapid.Bool().Draw(t, "settle an unsure one") {
-		req = rapid.SampledFrom(unsure).Draw(t, "unsure")
+	if len(unsure) > 0 && uniform(t, 2, "settle an unsure one") == 1 {
+		// A settle to any cost from none to past the higher of the two
+		// it may hold: one between them shows which it held.
+		rec := h.calls[rapid.SampledFrom(unsure).Draw(t, "unsure")]
+		return settleOp{Of: rec.call.Req, Via: rapid.IntRange(0, len(h.lims)-1).Draw(t, "settle via"), Kind: "settle",
+			Cost: uniform(t, min(rec.hi+2, slidelimit.MaxExactCost)+1, "settle an unsure one to")}
 	}
 	o := settleOp{Of: req, Via: rapid.IntRange(0, len(h.lims)-1).Draw(t, "settle via"),
 		Kind: rapid.SampledFrom([]string{"settle", "release", "renew", "refund"}).Draw(t, "settle kind")}
@@ -421,7 +426,7 @@ func genSettle(t *rapid.T, h *harness) op {
 		o.Twice = rapid.Bool().Draw(t, "settle twice")
 	}
 	if h.env.private && uniform(t, 4, "settle under a pause") == 3 {
-		o.Pause = 300 * time.Millisecond // a short timeout's reply is lost: the script runs after it gave up
+		o.Pause = lostReplyPause // a short timeout's reply is lost: the script runs after it gave up
 		var short []int
 		for i, s := range h.specs {
 			if s.Timeout < o.Pause {
@@ -547,4 +552,43 @@ func genKnock(t *rapid.T, h *harness) op {
 		o.AtRetry, o.Delta = true, rapid.SampledFrom([]int64{0, -1, 1}).Draw(t, "knock delta")
 	}
 	return o
+}
+
+// genLostReply draws a settle whose reply is lost, then another settle of
+// the same request: the first through a limiter whose timeout is shorter
+// than the CLIENT PAUSE it is sent under, so that its script runs after
+// the limiter gave up; the second through one that waits for Redis, so
+// that the Peek after it is judged.
+func genLostReply(t *rapid.T, h *harness) op {
+	var short, strict []int
+	for i, s := range h.specs {
+		if s.Timeout < lostReplyPause {
+			short = append(short, i)
+		}
+		if s.strict() {
+			strict = append(strict, i)
+		}
+	}
+	// A recent request Redis admitted with an id, into an exact log of
+	// units, which counts what the client says it holds, under a window
+	// long enough to still count it when the pause has passed.
+	recs := h.recent(16, func(r *callRec) bool {
+		res := r.res
+		return r.call.ID && res.Allowed && !res.Fallback && !res.Shadow && !res.Cached && r.cost() > 0 && !r.unsure &&
+			slices.ContainsFunc(h.limitsOf(r.call), func(l slidelimit.Limit) bool {
+				return l.Resolution() == 0 && !l.InFlight && !l.Requests && l.Window >= 10*time.Second
+			})
+	})
+	if !h.up || len(recs) == 0 || len(short) == 0 || len(strict) == 0 {
+		return genSettle(t, h)
+	}
+	req := rapid.SampledFrom(recs).Draw(t, "lost reply of")
+	// Targets that tell the outcomes apart: the lost one other than the
+	// cost, the next other than the lost one.
+	cost := h.calls[req].cost()
+	most := min(2*cost+2, slidelimit.MaxExactCost)
+	to := (cost + 1 + uniform(t, most, "lost to")) % (most + 1)
+	then := (to + 1 + uniform(t, most, "then to")) % (most + 1)
+	return lostReplyOp{Of: req, Via: rapid.SampledFrom(short).Draw(t, "lost via"), To: to,
+		ThenVia: rapid.SampledFrom(strict).Draw(t, "then via"), Then: then}
 }

@@ -187,7 +187,7 @@ func runChecks(t *testing.T, e *env, mode string, budget time.Duration, check fu
 		checks++
 		firstMet = ""
 		shrunk.Lock()
-		shrunk.steps, shrunk.kind = 0, ""
+		shrunk.kind, shrunk.specs, shrunk.ops = "", nil, nil
 		shrunk.Unlock()
 		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			// The first failure as it was met, before rapid reproduces
@@ -205,14 +205,28 @@ func runChecks(t *testing.T, e *env, mode string, budget time.Duration, check fu
 				mode, seed, checks, time.Since(start).Round(time.Millisecond), seed, mode)
 			// One line for scripts (scripts/check-mutants.sh): the mode, the
 			// time to the failure, the shrunk sequence's length and kind.
+			after := time.Since(start).Round(time.Millisecond)
 			shrunk.Lock()
-			kind := shrunk.kind
+			kind, specs, ops := shrunk.kind, shrunk.specs, shrunk.ops
+			shrunk.Unlock()
 			if kind == "" {
 				kind = "a failure outside the model's judging (a panic, or a harness error)"
 			}
-			t.Logf("model-failure: mode=%s seed=%d after=%v shrunk=%d kind=%q",
-				mode, seed, time.Since(start).Round(time.Millisecond), shrunk.steps, kind)
-			shrunk.Unlock()
+			// Does the shrunk sequence fail the same way again, on a
+			// Redis that decides afresh? A failure that needs a loaded
+			// host's spurious fallback, not the sequence's own faults,
+			// shows here as one that does not come back.
+			again := 0
+			if ops != nil {
+				for range reproductions {
+					if replayKind(e, specs, ops) == kind {
+						again++
+					}
+				}
+				t.Logf("the shrunk sequence of %d steps failed the same way in %d of %d replays", len(ops), again, reproductions)
+			}
+			t.Logf("model-failure: mode=%s seed=%d after=%v shrunk=%d reproduced=%d/%d kind=%q",
+				mode, seed, after, len(ops), again, reproductions, kind)
 			summarize(fmt.Sprintf("TestModel/%s failed at seed %d; reproduce with make check-model SEED=%d RUN='TestModel/%s'\n%s",
 				mode, seed, seed, mode, firstMet))
 			if !*flagKeepGoing {
@@ -242,12 +256,52 @@ func runChecks(t *testing.T, e *env, mode string, budget time.Duration, check fu
 	tally.sequences, tally.steps, tally.fallbacks, tally.doubtful, tally.most, tally.lost, tally.lostSettles = 0, 0, 0, 0, 0, 0, 0
 }
 
-// shrunk is the last failure reported: its kind and how many steps its
-// sequence has, once rapid has shrunk it.
+// shrunk is the last failure reported, once rapid has shrunk it: its
+// kind, and the limiters and steps that reproduce it.
 var shrunk struct {
 	sync.Mutex
-	steps int
 	kind  string
+	specs []limiterSpec
+	ops   []op
+}
+
+// reproductions is how many times a failure's shrunk sequence is replayed
+// to say whether it reproduces.
+const reproductions = 3
+
+// replayKind replays a shrunk sequence on e, as replay does, and returns
+// the kind of failure it meets ("" if none).
+func replayKind(e *env, specs []limiterSpec, ops []op) (kind string) {
+	c := &captured{}
+	defer func() {
+		if r := recover(); r != nil && r != c {
+			kind = fmt.Sprint("a panic: ", r)
+		}
+		if kind == "" {
+			kind = strings.TrimPrefix(c.failed, "model: ")
+		}
+	}()
+	h := start(c, e, specs)
+	if strings.HasPrefix(e.modeName(), "concurrent") {
+		h.hist = newHistory(h)
+	}
+	for _, o := range ops {
+		h.do(o)
+		h.verify()
+	}
+	h.finish()
+	return ""
+}
+
+// captured is a tester that keeps a replay's failure instead of failing
+// the test, and drops its log.
+type captured struct{ failed string }
+
+func (c *captured) Helper()             {}
+func (c *captured) Logf(string, ...any) {}
+func (c *captured) Fatalf(format string, args ...any) {
+	c.failed = fmt.Sprintf(format, args...)
+	panic(c)
 }
 
 // tally sums what the checks of a mode did, for its closing line.
@@ -521,7 +575,7 @@ func (h *harness) finish() {
 // report logs the failure and the sequence that led to it as Go.
 func (h *harness) report() {
 	shrunk.Lock()
-	shrunk.steps, shrunk.kind = len(h.ops), h.failure
+	shrunk.kind, shrunk.specs, shrunk.ops = h.failure, h.specs, slices.Clone(h.ops)
 	shrunk.Unlock()
 	h.t.Logf("FAILED: %s\n%s\n\nThe sequence, as a regression test for integration/model:\n\n%s", h.failure, h.detail, h.sequence())
 }

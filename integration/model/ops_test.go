@@ -1624,3 +1624,29 @@ func (o knockOp) run(h *harness) {
 	c.Req, c.ID = h.nextReq()+".knock", false
 	c.run(h)
 }
+
+// lostReplyPause is how long Redis is paused under a settle whose reply
+// is to be lost.
+const lostReplyPause = 300 * time.Millisecond
+
+// lostReplyOp settles the request of Of to To through limiter Via under a
+// CLIENT PAUSE longer than Via's timeout, so that the settle fails while
+// its script runs once the pause ends (a lost reply), then settles it to
+// Then through ThenVia, which must land on Then from either outcome.
+type lostReplyOp struct {
+	Of      string
+	Via, To int
+	ThenVia int
+	Then    int
+}
+
+func (o lostReplyOp) String() string {
+	return fmt.Sprintf("lostReplyOp{Of: %q, Via: %d, To: %d, ThenVia: %d, Then: %d}", o.Of, o.Via, o.To, o.ThenVia, o.Then)
+}
+
+func (o lostReplyOp) run(h *harness) {
+	settleOp{Of: o.Of, Via: o.Via, Kind: "settle", Cost: o.To, Pause: lostReplyPause}.run(h)
+	if h.failure == "" {
+		settleOp{Of: o.Of, Via: o.ThenVia, Kind: "settle", Cost: o.Then}.run(h)
+	}
+}

@@ -830,3 +830,18 @@ func TestACachedDenialInShadowModeIsRedissDenial(t *testing.T) {
 		knockOp{Of: "r2", AtRetry: true, Delta: 0},
 	})
 }
+
+// TestASettleAfterALostReplyLandsOnItsCost: a settle whose reply is lost
+// (its limiter gives up under a CLIENT PAUSE, and the script runs when
+// the pause ends) leaves the request at either cost; the next settle must
+// land on its own (issue 46), which the Peek after it shows.
+func TestASettleAfterALostReplyLandsOnItsCost(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(20, time.Minute)}, Timeout: 20 * time.Millisecond, Policy: slidelimit.FailOpen},
+		{Process: 1, Limits: plan{slidelimit.Per(20, time.Minute)}, Timeout: 10 * time.Second, Policy: slidelimit.FailClosed},
+	}, []op{
+		allowOp{Lim: 1, Who: "a", Cost: 10, Req: "r1", ID: true},
+		lostReplyOp{Of: "r1", Via: 0, To: 2, ThenVia: 1, Then: 8},
+		lostReplyOp{Of: "r1", Via: 0, To: 12, ThenVia: 1, Then: 5},
+	})
+}
