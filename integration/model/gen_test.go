@@ -81,43 +81,25 @@ func genCallPlan(t *rapid.T, label string) plan {
 	return p
 }
 
-// minQuota is the largest cost a call under limits (of a tree of levels,
-// levels[i] the level of limits[i]; nil: one identity) may have: the
-// smallest quota of an enforced limit of units, and MaxExactCost shared
-// by the exact logs of units (one per level) it adds to.
-func minQuota(limits plan, levels ...string) int {
-	q := slidelimit.MaxQuota
-	exact := map[string]bool{}
-	for i, l := range limits {
-		// A shadow limit's too: exact.lua's RetryAfter of a limit whose
-		// quota is below the cost reads the log from the wrong end.
-		if !l.InFlight && !l.Requests {
-			q = min(q, l.Quota)
-		}
-		if !l.InFlight && !l.Requests && l.Resolution() == 0 {
-			lvl := ""
-			if levels != nil {
-				lvl = levels[i]
-			}
-			exact[lvl] = true
-		}
-	}
-	if len(exact) > 0 {
-		q = min(q, slidelimit.MaxExactCost/len(exact))
-	}
-	return q
-}
+// minQuota is the largest cost the generator gives a call under limits
+// (of a tree of levels, levels[i] the level of limits[i]; nil: one
+// identity): maxCost's, with the quotas of shadow limits too, for
+// exact.lua's RetryAfter of a limit whose quota is below the cost reads
+// the log from the wrong end.
+func minQuota(limits plan, levels ...string) int { return costCap(limits, levels, true) }
 
 // maxCost is the largest cost the library takes for a call under limits
 // (levels as minQuota's): the smallest quota of an enforced limit of
-// units, and MaxExactCost shared by the exact logs of units. Above it a
-// call is ErrInvalidCost. minQuota, what the generator draws within, is
-// at most this.
-func maxCost(limits plan, levels []string) int {
+// units, and MaxExactCost shared by the exact logs of units (one per
+// level) it adds to. Above it a call is ErrInvalidCost.
+func maxCost(limits plan, levels []string) int { return costCap(limits, levels, false) }
+
+// costCap is maxCost, and with shadows minQuota.
+func costCap(limits plan, levels []string, shadows bool) int {
 	q := slidelimit.MaxQuota
 	exact := map[string]bool{}
 	for i, l := range limits {
-		if !l.InFlight && !l.Requests && !l.Shadow {
+		if !l.InFlight && !l.Requests && (shadows || !l.Shadow) {
 			q = min(q, l.Quota)
 		}
 		if !l.InFlight && !l.Requests && l.Resolution() == 0 {
