@@ -190,7 +190,16 @@ func genOp(t *rapid.T, h *harness, kinds []opKind) op {
 	for _, k := range kinds {
 		total += k.weight
 	}
-	n := uniform(t, total, "op")
+	// Half the time rapid's own draw, which favours the first kinds
+	// (allow, advance, retry, refund, peek, burst: what long sequences of
+	// one identity are made of); half the time an even one, which reaches
+	// the rest as often as their weights say.
+	var n int
+	if uniform(t, 2, "op draw") == 0 {
+		n = rapid.IntRange(0, total-1).Draw(t, "op")
+	} else {
+		n = uniform(t, total, "op")
+	}
 	for _, k := range kinds {
 		if n < k.weight {
 			return k.gen(t, h)
@@ -277,7 +286,7 @@ func pickHandle(t *rapid.T, h *harness, label string) (string, bool) {
 // keeps, and the quota of an exact limit used on it. Half the time it is
 // pickHandle's draw.
 func pickNear(t *rapid.T, h *harness, label string) (string, bool) {
-	if rapid.Bool().Draw(t, label+" near a horizon") {
+	if uniform(t, 2, label+" near a horizon") == 1 {
 		who := rapid.SampledFrom(identities[:3]).Draw(t, label+" identity")
 		var mine []string // newest first
 		for i := len(h.order) - 1; i >= 0; i-- {
@@ -285,7 +294,7 @@ func pickNear(t *rapid.T, h *harness, label string) (string, bool) {
 				mine = append(mine, h.order[i])
 			}
 		}
-		ks := []int{0, 1, 2, steppedIDHorizon - 1, steppedIDHorizon, steppedIDHorizon + 1}
+		ks := []int{0, 1, 2, steppedIDHorizon - 8, steppedIDHorizon - 4, steppedIDHorizon - 2, steppedIDHorizon - 1, steppedIDHorizon, steppedIDHorizon + 1}
 		if im := h.ids[who]; im != nil && im.maxExact > 0 {
 			ks = append(ks, im.maxExact-1, im.maxExact, im.maxExact+1)
 		}
@@ -316,7 +325,7 @@ func genRefund(t *rapid.T, h *harness) op {
 func genBurst(t *rapid.T, h *harness) op {
 	c := genCall(t, h, "")
 	n := rapid.IntRange(1, 20).Draw(t, "burst")
-	if rapid.Bool().Draw(t, "long burst") {
+	if uniform(t, 2, "long burst") == 1 {
 		n = rapid.IntRange(steppedIDHorizon+1, 2*steppedIDHorizon+40).Draw(t, "burst")
 	}
 	return burstOp{Lim: c.Lim, Who: c.Who, Cost: c.Cost, Plan: c.Plan, N: n, Req: c.Req, ID: c.ID}
