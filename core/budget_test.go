@@ -429,3 +429,34 @@ func TestAShadowLeaseHoldsNoEnforcedPlace(t *testing.T) {
 		allowNOK(t, lim, "dead", 1)
 	})
 }
+
+// TestShiftThroughARetrysResultMovesEveryUnit: a request settled to more
+// units, then retried with its id (whose Result knows only the cost it was
+// called with), is shifted whole: every unit the log holds of it moves,
+// not only as many as the retry's cost (found by the model checker).
+func TestShiftThroughARetrysResultMovesEveryUnit(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clock := newClock(0)
+		lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(100), slidelimit.WithClock(clock.Now), slidelimit.WithDenyCache(0))
+		ctx := slidelimit.ContextWithRequestID(t.Context(), "shifted")
+		first, err := lim.AllowN(ctx, "s", 1)
+		if err != nil || !first.Allowed {
+			t.Fatalf("AllowN = %+v, %v; want admitted", first, err)
+		}
+		if err := lim.Settle(t.Context(), first, 4); err != nil {
+			t.Fatal(err)
+		}
+		retry, err := lim.AllowN(ctx, "s", 1)
+		if err != nil || !retry.Allowed {
+			t.Fatalf("the retry = %+v, %v; want admitted", retry, err)
+		}
+		if err := lim.Shift(t.Context(), retry, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// A minute and 5 s on, all 4 units still count, 10 s later.
+		clock.Add(time.Minute + 5*time.Second)
+		if got := peekRemaining(t, lim, "s"); got[0] != 96 {
+			t.Fatalf("65 s after the admission shifted 10 s, Remaining = %d, want 96: every unit moved", got[0])
+		}
+	})
+}

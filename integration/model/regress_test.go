@@ -845,3 +845,18 @@ func TestASettleAfterALostReplyLandsOnItsCost(t *testing.T) {
 		lostReplyOp{Of: "r1", Via: 0, To: 12, ThenVia: 1, Then: 5},
 	})
 }
+
+// TestAShiftThroughARetryMovesEveryUnit: a request settled to more units
+// and then retried is shifted through the retry's Result, which knows only
+// the cost it was called with; every unit moves (found by seed 1 once the
+// generator drew steps evenly).
+func TestAShiftThroughARetryMovesEveryUnit(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(20, time.Minute)}, Timeout: 10 * time.Second, Policy: slidelimit.FailClosed},
+	}, []op{
+		allowOp{Lim: 0, Who: "b", Cost: 1, Plan: plan{slidelimit.Per(1000, 24*time.Hour).Shadowed()}, Req: "r1", ID: true},
+		settleOp{Of: "r1", Via: 0, Kind: "settle", Cost: 4},
+		retryOp{Of: "r1"},
+		settleOp{Of: "r1", Via: 0, Kind: "shift", D: time.Millisecond},
+	})
+}

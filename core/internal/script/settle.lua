@@ -119,6 +119,12 @@ for i, key in ipairs(KEYS) do
     end
     local now_cost = new or old
     if s and shift > 0 and now_cost > 0 then
+      -- Every unit the log holds of it, and those past what the caller
+      -- knows of (a settle made through another Result of the same id,
+      -- such as a retry's, which knows only the cost it was called with).
+      while call('ZSCORE', key, id .. now_cost) do
+        now_cost = now_cost + 1
+      end
       -- Later by shift: each unit's score, and the log's life, which its
       -- record's W says.
       local later = s + shift
