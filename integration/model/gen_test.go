@@ -169,6 +169,7 @@ func opKinds(e *env) []opKind {
 		{"tree", 5, genTree},
 		{"edge", 6, genEdge},
 		{"knock", 4, genKnock},
+		{"horizon", 3, genHorizon},
 	}
 	if e.private {
 		kinds = append(kinds, opKind{"kill", 1, func(*rapid.T, *harness) op { return killOp{} }},
@@ -582,4 +583,25 @@ func genLostReply(t *rapid.T, h *harness) op {
 	then := (to + 1 + uniform(t, most, "then to")) % (most + 1)
 	return lostReplyOp{Of: req, Via: rapid.SampledFrom(short).Draw(t, "lost via"), To: to,
 		ThenVia: rapid.SampledFrom(strict).Draw(t, "then via"), Then: then}
+}
+
+// horizonCatalogue is what a probe of the stepped ids' horizon decides
+// under: stepped limits whose quotas take more admissions than the horizon.
+var horizonCatalogue = []slidelimit.Limit{
+	slidelimit.Per(200, time.Minute).Stepped(time.Second),
+	slidelimit.Per(100_000, 24*time.Hour),
+	slidelimit.Per(2000, time.Minute),
+	slidelimit.Per(300, time.Hour).Stepped(time.Minute),
+}
+
+// genHorizon draws a probe of the stepped ids' horizon: a burst of more
+// admissions with ids than a stepped log keeps the ids of, then a retry,
+// refund or settle of the k-th newest, k around the horizon.
+func genHorizon(t *rapid.T, h *harness) op {
+	c := genCall(t, h, "")
+	l := rapid.SampledFrom(horizonCatalogue).Draw(t, "horizon limit")
+	n := steppedIDHorizon + 1 + uniform(t, 16, "horizon burst")
+	ks := []int{steppedIDHorizon - 8, steppedIDHorizon - 4, steppedIDHorizon - 1, steppedIDHorizon, steppedIDHorizon + 1}
+	return horizonOp{Lim: c.Lim, Who: c.Who, Limit: l, N: n, Req: c.Req,
+		K: rapid.SampledFrom(ks).Draw(t, "k-th newest"), Then: rapid.SampledFrom([]string{"retry", "refund", "settle"}).Draw(t, "then")}
 }

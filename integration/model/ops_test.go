@@ -1650,3 +1650,38 @@ func (o lostReplyOp) run(h *harness) {
 		settleOp{Of: o.Of, Via: o.ThenVia, Kind: "settle", Cost: o.Then}.run(h)
 	}
 }
+
+// horizonOp admits N requests with ids under Limit (a stepped limit), one
+// after another, then retries, refunds or settles (to 0 units: Then) the
+// K-th newest of them: the steppedIDHorizon newest are found, an older one
+// counts anew (Limiter.Refund: "an older one is not refunded there").
+type horizonOp struct {
+	Lim   int
+	Who   string
+	Limit slidelimit.Limit
+	N     int
+	Req   string
+	K     int
+	Then  string
+}
+
+func (o horizonOp) String() string {
+	return fmt.Sprintf("horizonOp{Lim: %d, Who: %q, Limit: %s, N: %d, Req: %q, K: %d, Then: %q}",
+		o.Lim, o.Who, limitString(o.Limit), o.N, o.Req, o.K, o.Then)
+}
+
+func (o horizonOp) run(h *harness) {
+	burstOp{Lim: o.Lim, Who: o.Who, Cost: 1, Plan: plan{o.Limit}, N: o.N, Req: o.Req, ID: true}.run(h)
+	if h.failure != "" || o.K >= o.N {
+		return
+	}
+	of := fmt.Sprintf("%s.%d", o.Req, o.N-1-o.K)
+	switch o.Then {
+	case "retry":
+		retryOp{Of: of}.run(h)
+	case "refund":
+		refundOp{Of: of, Via: o.Lim}.run(h)
+	default:
+		settleOp{Of: of, Via: o.Lim, Kind: "settle", Cost: 0}.run(h)
+	}
+}
