@@ -263,26 +263,46 @@ func TestATreeDecidesAllOrNothing(t *testing.T) {
 	})
 }
 
-// TestExactCostsAreBounded: a decision adds at most MaxExactCost units to
-// exact logs, all its levels together, so that it stays short in Redis; a
-// stepped limit takes any cost its quota allows; a settle of more units
-// goes in several calls and ends exact.
-func TestExactCostsAreBounded(t *testing.T) {
+// TestExactLogsTakeAnyCostAsOneMember: an exact limit takes any cost its
+// quota allows, each request one member of its log whatever its cost, at
+// every level of a tree; a settle of any correction is one call and ends
+// exact.
+func TestExactLogsTakeAnyCostAsOneMember(t *testing.T) {
 	rdb := redistest.Client(t)
-	lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(1000), slidelimit.WithDenyCache(0))
+	lim, prefix := newLimiter(t, rdb, slidelimit.PerMinute(1000), slidelimit.WithDenyCache(0))
 	ctx := t.Context()
-	if _, err := lim.AllowN(ctx, "e", slidelimit.MaxExactCost+1); !errors.Is(err, slidelimit.ErrInvalidCost) {
-		t.Errorf("AllowN(%d) under an exact limit = %v, want ErrInvalidCost", slidelimit.MaxExactCost+1, err)
+	big := allowNOK(t, lim, "big", 900)
+	if got := peekRemaining(t, lim, "big"); got[0] != 100 {
+		t.Fatalf("after AllowN(900) under 1000/min, Remaining = %d, want 100", got[0])
 	}
-	if res, err := lim.AllowLimits(ctx, "s", 900, slidelimit.PerMinute(1000).Stepped(time.Second)); err != nil || !res.Allowed {
-		t.Errorf("AllowLimits(900) under a stepped limit = %+v, %v; want admitted", res, err)
+	key, err := slidelimit.Key(prefix, "big", slidelimit.PerMinute(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.ZCard(ctx, key).Val(); n != 3 {
+		t.Errorf("ZCARD of the exact log after one request of 900 = %d, want 3 (its record, the request and its cost)", n)
+	}
+	if res, err := lim.AllowN(ctx, "big", 101); err != nil || res.Allowed {
+		t.Errorf("AllowN(101) with 100 left = %+v, %v; want denied", res, err)
+	}
+	if err := lim.Settle(ctx, big, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if got := peekRemaining(t, lim, "big"); got[0] != 0 {
+		t.Errorf("after settling 900 to 1000, Remaining = %d, want 0", got[0])
+	}
+	if _, err := lim.AllowN(ctx, "e", 1001); !errors.Is(err, slidelimit.ErrInvalidCost) {
+		t.Errorf("AllowN(1001) under 1000/min = %v, want ErrInvalidCost", err)
 	}
 	two := []slidelimit.Level{
 		{Limits: []slidelimit.Limit{slidelimit.PerMinute(1000).Named("org")}},
 		{Identity: "team", Limits: []slidelimit.Limit{slidelimit.PerMinute(1000).Named("team")}},
 	}
-	if _, err := lim.AllowTree(ctx, "t", slidelimit.MaxExactCost/2+1, two...); !errors.Is(err, slidelimit.ErrInvalidCost) {
-		t.Errorf("AllowTree of two exact levels, cost %d = %v, want ErrInvalidCost", slidelimit.MaxExactCost/2+1, err)
+	if res, err := lim.AllowTree(ctx, "t", 600, two...); err != nil || !res.Allowed {
+		t.Errorf("AllowTree of two exact levels, cost 600 = %+v, %v; want admitted", res, err)
+	}
+	if res, err := lim.AllowTree(ctx, "t", 401, two...); err != nil || res.Allowed {
+		t.Errorf("AllowTree of cost 401 with 400 left at both levels = %+v, %v; want denied", res, err)
 	}
 	res := allowNOK(t, lim, "e", 1)
 	if err := lim.Settle(ctx, res, 700); err != nil {
@@ -459,4 +479,36 @@ func TestShiftThroughARetrysResultMovesEveryUnit(t *testing.T) {
 			t.Fatalf("65 s after the admission shifted 10 s, Remaining = %d, want 96: every unit moved", got[0])
 		}
 	})
+}
+
+// TestASettleOfAnyCorrectionIsOneScriptCall: settling 20,000 units to
+// 5,000 under a stepped limit, and 900 to 1 under an exact one, each take
+// one script call and land exactly.
+func TestASettleOfAnyCorrectionIsOneScriptCall(t *testing.T) {
+	counter := &scriptCounter{}
+	rdb := redistest.Client(t)
+	rdb.AddHook(counter)
+	for _, c := range []struct {
+		limit      slidelimit.Limit
+		cost, to   int
+		wantRemain int
+	}{
+		{slidelimit.PerMinute(100_000), 20_000, 5_000, 95_000},
+		{slidelimit.PerMinute(1000), 900, 1, 999},
+	} {
+		t.Run(c.limit.String(), func(t *testing.T) {
+			lim, _ := newLimiter(t, rdb, c.limit, slidelimit.WithDenyCache(0))
+			res := allowNOK(t, lim, "big", c.cost)
+			before := counter.n.Load()
+			if err := lim.Settle(t.Context(), res, c.to); err != nil {
+				t.Fatal(err)
+			}
+			if n := counter.n.Load() - before; n != 1 {
+				t.Errorf("Settle(%d → %d) ran %d script calls, want 1", c.cost, c.to, n)
+			}
+			if got := peekRemaining(t, lim, "big"); got[0] != c.wantRemain {
+				t.Errorf("after Settle(%d → %d), Remaining = %d, want %d", c.cost, c.to, got[0], c.wantRemain)
+			}
+		})
+	}
 }

@@ -31,11 +31,13 @@
 //
 // A log keeps the history of the longest window counted in it while it
 // lives, so that a caller with a shorter window never evicts what a longer
-// one counts, and at most its newest units of the largest quota counted in
+// one counts, and about its newest units of the largest quota counted in
 // it, which is all that any of its limits needs; a window that reaches back
-// to a unit the log dropped counts as full until that unit leaves it. A
-// decision adds at most MaxExactCost units to exact logs, so that no
-// script call keeps Redis busy for more than about a millisecond.
+// to a unit the log dropped counts as full until that unit leaves it. An
+// exact log records a request as one member whatever its cost (and its
+// cost as a second when it is not 1), so a decision's Redis work, and a
+// settle's, does not grow with the units it takes: any cost up to the
+// smallest quota is one script call.
 //
 // Each call carries a unique request id, and a retried call whose id is
 // already recorded, in any of the logs it was decided on, counts once:
@@ -57,8 +59,8 @@
 //
 // # Long windows
 //
-// An exact log costs memory and Redis time in proportion to the quota. A
-// Limit above MaxExactQuota, or one given a Step (Limit.Stepped), is counted
+// An exact log costs memory in proportion to the requests its window holds,
+// up to its quota. A Limit above MaxExactQuota, or one given a Step (Limit.Stepped), is counted
 // in steps instead: one count per step in a ring of fixed size, so a
 // 100,000-per-day identity at one-minute steps holds about 10 KB and a
 // request of any cost costs Redis the same. It never admits more than the

@@ -114,9 +114,9 @@ func ExampleKey() {
 		fmt.Println(key)
 	}
 	// Output:
-	// slidelimit:{user:42}
-	// slidelimit:{a%7Db%7Bc}
-	// slidelimit:{%00%0A}
+	// slidelimit:{user:42}:#0
+	// slidelimit:{a%7Db%7Bc}:#0
+	// slidelimit:{%00%0A}:#0
 }
 
 func ExampleIPIdentity() {

@@ -20,25 +20,28 @@ const DefaultPrefix = "slidelimit:"
 // limiter with the given key prefix. It is exported for operators who
 // inspect Redis; the limiter builds its keys with it.
 //
-// An exact limit (see Limit.Resolution) counts the identity's log,
-// prefix + "{" + identity + "}": a sorted set with one member per admitted
-// unit, scored with its admission time in µs, which every exact limit
-// counts whatever its quota or window (ZCOUNT key 0 +inf counts the units).
-// Below the units, scored negative, it keeps its record: the longest window
-// and the largest quota counted in it, so that a caller with a shorter
-// window does not evict history a longer one counts, and the log keeps at
-// most that many units; and once it dropped units to stay within it, when
-// the newest of them came (core/internal/script/exact.lua describes it).
-// The log lives one to two of its longest window past its last admission.
+// Every key of an identity starts with its stem, prefix + "{" + identity +
+// "}". An exact limit (see Limit.Resolution) counts the identity's exact
+// log, the stem + ":#0": a sorted set with one member per admitted request,
+// its 8-byte id scored with its admission time in µs, which every exact
+// limit counts whatever its quota or window (ZCOUNT key 0 +inf counts the
+// requests). Scored negative, it keeps the cost of each request whose cost
+// is not 1 (its id + "$", scored -3 - cost) and its records: the longest
+// window and the largest quota counted in it, so that a caller with a
+// shorter window does not evict history a longer one counts, and the log
+// keeps about that many units; the units it holds beyond one a request; and
+// once it dropped requests to stay within its quota, when the newest of
+// them came (core/internal/script/exact.lua describes it). The log lives
+// one to two of its longest window past its last admission.
 //
-// A stepped limit counts the stepped log of its step, the log's key + ":#"
-// + the step in µs (":#60000000" for a minute): a string of about 8.4 KB
+// A stepped limit counts the stepped log of its step, the stem + ":#" +
+// the step in µs (":#60000000" for a minute): a string of about 8.4 KB
 // holding a header, the ids of the identity's last 128 admissions at that
 // step (so that a retried call counts once and a refund finds its step) and
 // a ring of one 32-bit count per step. A limit that counts requests
-// (Limit.Requests) counts a log of its own, the log's key + ":#req" and, if
-// stepped, its step's suffix; an in-flight limit (Limit.InFlight) the
-// sorted set of leases at the log's key + ":#inflight". The levels of a
+// (Limit.Requests) counts a log of its own, the stem + ":#req" and its
+// step's suffix (":#0" if exact); an in-flight limit (Limit.InFlight) the
+// sorted set of leases at the stem + ":#inflight". The levels of a
 // tenant's tree (AllowTree) add "/" and the level's identity, made safe,
 // after the tenant's "}". Every key of one identity, or of one tenant, is
 // declared in the script calls that touch it.
@@ -62,14 +65,15 @@ func Key(prefix, identity string, limit Limit) (string, error) {
 	return logKey(prefix, tag) + partSuffix(part), nil
 }
 
-// logKey returns the log's key for the identity of hash tag tag.
+// logKey returns the stem of the keys of the identity of hash tag tag
+// (see Key).
 func logKey(prefix, tag string) string {
 	return prefix + "{" + tag + "}"
 }
 
-// stepSuffix returns what follows the log's key in the key of its stepped
-// log at step µs: ":#" and the step in µs, such as ":#60000000" for a
-// minute.
+// stepSuffix returns what follows the stem in the key of its log at step
+// µs: ":#" and the step in µs, such as ":#60000000" for a minute, and
+// ":#0" for the exact log.
 func stepSuffix(step int64) string {
 	return ":#" + strconv.FormatInt(step, 10)
 }
@@ -82,7 +86,7 @@ const (
 	requestsSuffix = ":#req"
 )
 
-// partSuffix returns what follows the log's key in the key of part.
+// partSuffix returns what follows the stem in the key of part.
 func partSuffix(part script.Part) string {
 	s := ""
 	switch {
@@ -91,7 +95,7 @@ func partSuffix(part script.Part) string {
 	case part.Requests:
 		s = requestsSuffix
 	}
-	if part.Step > 0 {
+	if part.Step >= 0 {
 		s += stepSuffix(part.Step)
 	}
 	return s

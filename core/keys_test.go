@@ -14,18 +14,18 @@ func TestKey(t *testing.T) {
 		identity string
 		want     string
 	}{
-		{"user:42", "p:{user:42}"},
-		{"203.0.113.9", "p:{203.0.113.9}"},
-		{"a b", "p:{a%20b}"},
-		{"{}", "p:{%7B%7D}"},
-		{"a}b", "p:{a%7Db}"},
-		{"50%", "p:{50%25}"},
-		{"#x", "p:{%23x}"},
-		{"line\nbreak", "p:{line%0Abreak}"},
-		{"\x00\xff", "p:{%00%FF}"},
-		{"é", "p:{%C3%A9}"},
-		{strings.Repeat("a", 128), "p:{" + strings.Repeat("a", 128) + "}"},
-		{strings.Repeat("a", 129), "p:{#wSywJKLlVRzKDgj86PHF4xRVXMP-9jKe6ZSj23UhZq4}"},
+		{"user:42", "p:{user:42}:#0"},
+		{"203.0.113.9", "p:{203.0.113.9}:#0"},
+		{"a b", "p:{a%20b}:#0"},
+		{"{}", "p:{%7B%7D}:#0"},
+		{"a}b", "p:{a%7Db}:#0"},
+		{"50%", "p:{50%25}:#0"},
+		{"#x", "p:{%23x}:#0"},
+		{"line\nbreak", "p:{line%0Abreak}:#0"},
+		{"\x00\xff", "p:{%00%FF}:#0"},
+		{"é", "p:{%C3%A9}:#0"},
+		{strings.Repeat("a", 128), "p:{" + strings.Repeat("a", 128) + "}:#0"},
+		{strings.Repeat("a", 129), "p:{#wSywJKLlVRzKDgj86PHF4xRVXMP-9jKe6ZSj23UhZq4}:#0"},
 	}
 	for _, tt := range tests {
 		got, err := slidelimit.Key("p:", tt.identity, lim)

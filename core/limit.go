@@ -21,18 +21,11 @@ const (
 	// maxNameLen is the longest Name a Limit may have.
 	maxNameLen = 64
 
-	// MaxExactQuota is the largest Quota counted exactly, one log entry
-	// per unit; a Limit of a larger Quota is counted in steps (see
-	// Limit.Step). It keeps a request of the whole quota under about a
-	// millisecond of Redis time (BENCHMARKS.md).
+	// MaxExactQuota is the largest Quota counted exactly by default, one
+	// log member per request (two when its cost is not 1); a Limit of a
+	// larger Quota is counted in steps (see Limit.Step), so that an
+	// identity's log stays within a few hundred KB.
 	MaxExactQuota = 1_000
-	// MaxExactCost is the most units one decision adds to exact logs, all
-	// its exact limits' logs together (a tenant's tree has one per level):
-	// each unit is a member of a sorted set, and this bound keeps a
-	// decision within about 1 ms of Redis time (a unit costs Redis about
-	// 2.5 µs to add; BENCHMARKS.md). A larger cost is counted in steps
-	// (Limit.Stepped), whose cost does not grow with the units.
-	MaxExactCost = 250
 	// MinStep is the shortest Step a Limit may have.
 	MinStep = time.Millisecond
 	// MaxSteps is the most steps a Limit's Window may span, which bounds
@@ -246,7 +239,7 @@ func (l Limit) windowSeconds() int64 {
 type limitSet struct {
 	limits   []Limit
 	plan     *script.Plan
-	minQuota int      // the largest cost a request may have: every enforced limit of units admits it, and the exact logs take it (MaxExactCost)
+	minQuota int      // the largest cost a request may have: every enforced limit of units admits it
 	sig      string   // the limits, each name, quota, window and step: the same for equal sets
 	levels   []int    // levels[i]: the level limit i counts, for a tenant's tree; nil: all 0
 	suffixes []string // suffixes[i]: what follows its level's log key in the key of part i of plan (partSuffix), made once
@@ -290,15 +283,8 @@ func compileSet(limits []Limit, levels []int) (limitSet, error) {
 		}
 	}
 	s.plan = script.NewPlan(compiled)
-	exact := 0
 	for _, p := range s.plan.Parts() {
-		if p.Step == 0 && !p.Requests {
-			exact++
-		}
 		s.suffixes = append(s.suffixes, partSuffix(p))
-	}
-	if exact > 0 {
-		s.minQuota = min(s.minQuota, MaxExactCost/exact)
 	}
 	var sig []byte
 	for _, c := range compiled {

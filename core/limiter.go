@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -132,7 +133,8 @@ func (l *Limiter) AllowN(ctx context.Context, identity string, n int) (Result, e
 //
 // Invalid limits return an error wrapping ErrInvalidLimit, like New, with a
 // Result that is not Allowed; n is checked against the smallest quota among
-// limits, and MaxExactCost for exact ones. A Result of AllowLimits lists its Statuses in the order of limits,
+// the enforced limits of units. A Result of AllowLimits lists its Statuses
+// in the order of limits,
 // and Refund takes it back like any other. The deny cache (WithDenyCache)
 // remembers denials per set of limits, so it answers a call only with a
 // denial under the same limits; and under FailLocal a call that Redis
@@ -285,9 +287,9 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 	}
 	// The exact log always, which AllowLimits may have written even when
 	// l's own limits are all stepped.
-	log := logKey(l.cfg.prefix, tag)
-	keys := keysFor([]string{log}, &l.own)
-	if keys[0] != log {
+	stem := logKey(l.cfg.prefix, tag)
+	keys := keysFor([]string{stem}, &l.own)
+	if log := stem + stepSuffix(0); !slices.Contains(keys, log) {
 		keys = append(keys, log)
 	}
 	if l.deny != nil {

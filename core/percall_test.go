@@ -2,6 +2,7 @@ package slidelimit_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,16 +21,41 @@ func allowLimits(t *testing.T, lim *slidelimit.Limiter, identity string, n int, 
 	return res
 }
 
-// logSize returns ZCARD of identity's log.
+// logSize returns the units identity's exact log holds (see keyUnits).
 func logSize(t *testing.T, rdb redis.Cmdable, prefix, identity string) int64 {
 	t.Helper()
 	key, err := slidelimit.Key(prefix, identity, slidelimit.Limit{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := rdb.ZCount(t.Context(), key, "0", "+inf").Result()
+	return keyUnits(t, rdb, key)
+}
+
+// keyUnits returns the units the exact log key holds: a request is its
+// 8-byte id scored with its time, of 1 unit unless the log holds its cost
+// as id + "$" scored -3 - cost.
+func keyUnits(t *testing.T, rdb redis.Cmdable, key string) int64 {
+	t.Helper()
+	members, err := rdb.ZRangeWithScores(t.Context(), key, 0, -1).Result()
 	if err != nil {
-		t.Fatalf("ZCARD %s: %v", key, err)
+		t.Fatalf("ZRANGE %s: %v", key, err)
+	}
+	costs := map[string]int64{}
+	for _, z := range members {
+		if m := z.Member.(string); z.Score <= -3 {
+			costs[strings.TrimSuffix(m, "$")] = int64(-3 - z.Score)
+		}
+	}
+	var n int64
+	for _, z := range members {
+		if z.Score < 0 {
+			continue
+		}
+		if c, ok := costs[z.Member.(string)]; ok {
+			n += c
+		} else {
+			n++
+		}
 	}
 	return n
 }
@@ -121,7 +147,7 @@ func TestLimitChangesKeepTheCount(t *testing.T) {
 		t.Run("lowered", func(t *testing.T) {
 			const window = 1500 * time.Millisecond
 			var res slidelimit.Result
-			for range 4 { // 900 units, at most MaxExactCost a request
+			for range 4 { // 900 units, in four requests
 				res = allowLimits(t, lim, "low", 225, slidelimit.Per(1000, window))
 			}
 			if !res.Allowed || res.Remaining != 100 {

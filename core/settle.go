@@ -135,47 +135,32 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 			}
 		}
 	}
-	// A change of more than MaxExactCost units goes in several calls, so
-	// that none keeps Redis busy long; each leaves a settled state, and
-	// settling is retry-safe.
+	// One call, whatever the correction: no log's work grows with it.
+	lo, hi := int(a.lo.Load()), int(a.hi.Load())
+	args := a.set.plan.SettleArgs(a.id, lo, hi, cost, lease, from.now(), shift)
 	var leases int
-	for {
-		to, last := cost, true
-		if cost >= 0 && (cost > recorded+MaxExactCost || cost < recorded-MaxExactCost) {
-			to, last = recorded+MaxExactCost, false
-			if cost < recorded {
-				to = recorded - MaxExactCost
-			}
+	// On the client that recorded it, within this limiter's own timeout:
+	// the call is l's, whatever limiter admitted the request.
+	err := from.rt.RunFor(ctx, l.cfg.timeout, func(ctx context.Context) error {
+		reply, err := script.Settle.Run(ctx, from.client, a.keys, args...).Int64Slice()
+		if err == nil {
+			_, leases, err = script.Settled(reply)
 		}
-		lo, hi := int(a.lo.Load()), int(a.hi.Load())
-		args := a.set.plan.SettleArgs(a.id, lo, hi, to, lease, from.now(), shift)
-		// On the client that recorded it, within this limiter's own
-		// timeout: the call is l's, whatever limiter admitted the request.
-		err := from.rt.RunFor(ctx, l.cfg.timeout, func(ctx context.Context) error {
-			reply, err := script.Settle.Run(ctx, from.client, a.keys, args...).Int64Slice()
-			if err == nil {
-				_, leases, err = script.Settled(reply)
-			}
-			return err
-		})
-		if err != nil {
-			if to >= 0 {
-				// It may have run: the next settle lands on its own cost
-				// from either outcome.
-				a.lo.Store(int64(min(lo, to)))
-				a.hi.Store(int64(max(hi, to)))
-			}
-			return fmt.Errorf("%w: %s script: %w", ErrUnavailable, what, err)
+		return err
+	})
+	if err != nil {
+		if cost >= 0 {
+			// It may have run: the next settle lands on its own cost from
+			// either outcome.
+			a.lo.Store(int64(min(lo, cost)))
+			a.hi.Store(int64(max(hi, cost)))
 		}
-		if to >= 0 {
-			a.cost.Store(int64(to))
-			a.lo.Store(int64(to))
-			a.hi.Store(int64(to))
-			recorded = to
-		}
-		if last {
-			break
-		}
+		return fmt.Errorf("%w: %s script: %w", ErrUnavailable, what, err)
+	}
+	if cost >= 0 {
+		a.cost.Store(int64(cost))
+		a.lo.Store(int64(cost))
+		a.hi.Store(int64(cost))
 	}
 	if what == "renew" && leases == 0 {
 		return ErrLeaseEnded

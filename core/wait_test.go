@@ -237,11 +237,7 @@ func zcardOf(t *testing.T, rdb redis.UniversalClient, prefix, identity string, l
 	if err != nil {
 		t.Fatalf("Key = %v", err)
 	}
-	n, err := rdb.ZCount(t.Context(), key, "0", "+inf").Result()
-	if err != nil {
-		t.Fatalf("ZCARD %s: %v", key, err)
-	}
-	return n
+	return keyUnits(t, rdb, key)
 }
 
 // TestAWaitersHeadLeavingKeepsItsOwnAdmission: the head waiter carries a

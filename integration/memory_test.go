@@ -160,11 +160,7 @@ func uuid() string {
 
 func zcardKey(t *testing.T, rdb redis.UniversalClient, key string) int64 {
 	t.Helper()
-	n, err := rdb.ZCount(t.Context(), key, "0", "+inf").Result()
-	if err != nil {
-		t.Fatalf("ZCARD %s: %v", key, err)
-	}
-	return n
+	return logUnits(t, rdb, key)
 }
 
 // memoryUsage returns MEMORY USAGE key SAMPLES 0: every member counted.

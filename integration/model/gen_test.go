@@ -90,28 +90,16 @@ func minQuota(limits plan, levels ...string) int { return costCap(limits, levels
 
 // maxCost is the largest cost the library takes for a call under limits
 // (levels as minQuota's): the smallest quota of an enforced limit of
-// units, and MaxExactCost shared by the exact logs of units (one per
-// level) it adds to. Above it a call is ErrInvalidCost.
+// units, whatever the kind of its log. Above it a call is ErrInvalidCost.
 func maxCost(limits plan, levels []string) int { return costCap(limits, levels, false) }
 
 // costCap is maxCost, and with shadows minQuota.
 func costCap(limits plan, levels []string, shadows bool) int {
 	q := slidelimit.MaxQuota
-	exact := map[string]bool{}
-	for i, l := range limits {
+	for _, l := range limits {
 		if !l.InFlight && !l.Requests && (shadows || !l.Shadow) {
 			q = min(q, l.Quota)
 		}
-		if !l.InFlight && !l.Requests && l.Resolution() == 0 {
-			lvl := ""
-			if levels != nil {
-				lvl = levels[i]
-			}
-			exact[lvl] = true
-		}
-	}
-	if len(exact) > 0 {
-		q = min(q, slidelimit.MaxExactCost/len(exact))
 	}
 	return q
 }
@@ -246,7 +234,6 @@ func genCall(t *rapid.T, h *harness, who string) allowOp {
 // genCost draws a cost from its classes: 1, small, the whole quota, or
 // any in between.
 func genCost(t *rapid.T, quota int) int {
-	quota = min(quota, slidelimit.MaxExactCost)
 	switch rapid.IntRange(0, 5).Draw(t, "cost class") {
 	case 3:
 		return rapid.IntRange(1, min(quota, 5)).Draw(t, "small cost")
@@ -397,13 +384,13 @@ func genSettle(t *rapid.T, h *harness) op {
 		// it may hold: one between them shows which it held.
 		rec := h.calls[rapid.SampledFrom(unsure).Draw(t, "unsure")]
 		return settleOp{Of: rec.call.Req, Via: rapid.IntRange(0, len(h.lims)-1).Draw(t, "settle via"), Kind: "settle",
-			Cost: uniform(t, min(rec.hi+2, slidelimit.MaxExactCost)+1, "settle an unsure one to")}
+			Cost: uniform(t, rec.hi+3, "settle an unsure one to")}
 	}
 	o := settleOp{Of: req, Via: rapid.IntRange(0, len(h.lims)-1).Draw(t, "settle via"),
 		Kind: rapid.SampledFrom([]string{"settle", "release", "renew", "refund"}).Draw(t, "settle kind")}
 	if o.Kind == "settle" {
 		cost := h.calls[req].cost()
-		most := min(2*cost+2, slidelimit.MaxExactCost)
+		most := 2*cost + 2
 		// The targets from their classes: none, fewer, as many, more.
 		switch rapid.IntRange(0, 3).Draw(t, "settle to") {
 		case 0:
@@ -578,7 +565,7 @@ func genLostReply(t *rapid.T, h *harness) op {
 	// Targets that tell the outcomes apart: the lost one other than the
 	// cost, the next other than the lost one.
 	cost := h.calls[req].cost()
-	most := min(2*cost+2, slidelimit.MaxExactCost)
+	most := 2*cost + 2
 	to := (cost + 1 + uniform(t, most, "lost to")) % (most + 1)
 	then := (to + 1 + uniform(t, most, "then to")) % (most + 1)
 	return lostReplyOp{Of: req, Via: rapid.SampledFrom(short).Draw(t, "lost via"), To: to,

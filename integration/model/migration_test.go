@@ -149,9 +149,9 @@ func migrateUnderTraffic(t *testing.T, e *env, stringsFirst bool, policy slideli
 	took := time.Since(start)
 
 	for _, tn := range tenants {
-		stem, _ := slidelimit.Key(prefix, tn.who, slidelimit.PerSecond(1))
+		stem := stemKey(prefix, tn.who)
 		exact, stepped := -1, -1
-		if n, err := e.clients[0].ZCount(context.Background(), stem, "0", "+inf").Result(); err == nil && n > 0 {
+		if n, err := e.clients[0].ZCount(context.Background(), stem+":#0", "0", "+inf").Result(); err == nil && n > 0 {
 			exact = int(n)
 		}
 		step := strconv.FormatInt(time.Minute.Microseconds(), 10)

@@ -26,11 +26,12 @@ import (
 // it lives". A longer window than W sees only the history the log kept.
 func exactHistory(recordW, callW int64) int64 { return max(recordW, callW) }
 
-// exactKeeps is how many units an exact log keeps after an admission: "at
-// most its newest Q units, which is all that a limit of quota up to Q
-// needs to decide exactly", Q being "the largest quota" counted in the log
-// while it lives. The newest are the greatest by score, then by member
-// name (Redis's order), which is how the model drops them too.
+// exactKeeps is how many units an exact log keeps after an admission:
+// "about its newest Q units (whole instants: at least Q, fewer than Q and
+// the requests of its oldest instant), which is all that a limit of quota
+// up to Q needs to decide exactly", Q being "the largest quota" counted in
+// the log while it lives. An instant goes whole, so what the log keeps
+// does not hang on the order of the ids within it (xlog.keep).
 func exactKeeps(recordQ, callQ int) int { return max(recordQ, callQ) }
 
 // exactFull reports whether an exact limit of window w counts as full at
@@ -166,9 +167,14 @@ const localLogSlots = 64
 // stays within a bound stated per limit set").
 
 // exactLogBound is the most members an exact log may hold when the
-// largest exact quota ever counted in it is maxExactQuota: its newest Q
-// units and at most two records ("#r…" and "#t…").
-func exactLogBound(maxExactQuota int) int64 { return int64(maxExactQuota) + 2 }
+// largest exact quota ever counted in it is maxExactQuota: "about its
+// newest Q units (whole instants: at least Q, fewer than Q and the
+// requests of its oldest instant)". An instant holds at most Q units as
+// admitted (each admission fits its limits), and up to twice that once
+// settled to more (the checker settles to at most twice a cost and 2);
+// each request of a unit or more is a member and, at a cost other than 1,
+// a second; and two records ("#e…" and "#t…").
+func exactLogBound(maxExactQuota int) int64 { return 2*(4*int64(maxExactQuota)+2) + 2 }
 
 // keyBytesBound is the most bytes (MEMORY USAGE) a key may take: an exact
 // log of members members (a skiplist member of an 8-byte id costs Redis

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,8 +50,8 @@ func (h *harness) readStored(ctx context.Context, who string, steps []int64, inf
 	gets := map[int64]*redis.StringCmd{}
 	ttls := map[int64]*redis.DurationCmd{}
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		zr = p.ZRangeWithScores(ctx, log, 0, -1)
-		xttl = p.PTTL(ctx, log)
+		zr = p.ZRangeWithScores(ctx, log+":#0", 0, -1)
+		xttl = p.PTTL(ctx, log+":#0")
 		if inflight {
 			fr = p.ZRangeWithScores(ctx, log+":#inflight", 0, -1)
 			fttl = p.PTTL(ctx, log+":#inflight")
@@ -161,20 +162,22 @@ func (s *stored) String() string {
 }
 
 // layout checks what the headers say of every log, whatever the model:
-// "A request's members are at most 11 bytes (an 8-byte id and the digits
-// of a unit below 1,000), a record's more", records scored -1 ("#r…") and
-// -2 ("#t…"), units scored with their admission µs; a stepped log of
-// steppedLogSize bytes.
+// the exact log holds "one member per admitted request ... the request's
+// 8-byte id, scored with its admission time in µs", a cost "id .. "$",
+// scored -3 - cost", its record "#e<W>:<Q>:<E>" or "#e<W>:<Q>:<E>:<X>:<H>"
+// scored -1 and "#t<T>" scored -2; a stepped log of steppedLogSize bytes.
 func (s *stored) layout() string {
 	for _, z := range s.exact {
 		name := fmt.Sprint(z.Member)
 		switch {
-		case z.Score == -1 && (len(name) < 12 || !strings.HasPrefix(name, "#r")),
-			z.Score == -2 && (len(name) < 12 || !strings.HasPrefix(name, "#t")):
+		case z.Score == -1 && !exactRecordName.MatchString(name),
+			z.Score == -2 && !exactTName.MatchString(name):
 			return fmt.Sprintf("the exact log's record %q is scored %v", name, z.Score)
-		case z.Score >= 0 && len(name) > 11:
-			return fmt.Sprintf("the exact log's unit %x (scored %v) is %d bytes, more than 11", name, z.Score, len(name))
-		case z.Score < 0 && z.Score != -1 && z.Score != -2:
+		case z.Score >= 0 && len(name) != 8:
+			return fmt.Sprintf("the exact log's request %x (scored %v) is %d bytes, not 8", name, z.Score, len(name))
+		case z.Score <= -3 && (len(name) != 9 || name[8] != '$' || z.Score != math.Trunc(z.Score)):
+			return fmt.Sprintf("the exact log's cost %x is scored %v", name, z.Score)
+		case z.Score < 0 && z.Score > -3 && z.Score != -1 && z.Score != -2:
 			return fmt.Sprintf("the exact log holds %q scored %v", name, z.Score)
 		}
 	}
@@ -185,6 +188,12 @@ func (s *stored) layout() string {
 	}
 	return ""
 }
+
+// The names of an exact log's records (exact.lua).
+var (
+	exactRecordName = regexp.MustCompile(`^#e\d+:\d+:\d{13,}(:-?\d+:\d+)?$`)
+	exactTName      = regexp.MustCompile(`^#t\d+$`)
+)
 
 // settleTime is how long after the last moment a command whose caller
 // gave up may have been sent the checker waits before reading the logs.
@@ -252,54 +261,77 @@ func (x *xlog) holdsStored(s *stored) string {
 	if !x.exp.narrow(s.xttl, s.a, s.b) {
 		return fmt.Sprintf("its TTL is %v, want it to end in %v..%v", s.xttl, x.exp.lo.Sub(s.a), x.exp.hi.Sub(s.b))
 	}
+	// A request's cost, where it is not 1: its id + "$", scored -3 - cost.
+	costs := map[string]int{}
+	for _, z := range s.exact {
+		if z.Score <= -3 {
+			costs[strings.TrimSuffix(fmt.Sprint(z.Member), "$")] = int(-3 - z.Score)
+		}
+	}
+	xs, h := 0, 0 // the record's X and H, from what the model holds
+	for _, e := range x.entries {
+		if e.cost != 1 {
+			xs, h = xs+e.cost-1, h+1
+		}
+	}
+	if len(costs) != h {
+		return fmt.Sprintf("it holds %d costs, want %d", len(costs), h)
+	}
 	hasT := false
-	byScore := map[int64][]string{}
+	requests, units := map[int64]int{}, map[int64]int{}
+	held := map[string]int64{}
 	for _, z := range s.exact {
 		name := fmt.Sprint(z.Member)
-		switch z.Score {
-		case -1:
-			want := fmt.Sprintf("#r%d:%d:%013d", x.w, x.q, x.e)
+		switch {
+		case z.Score == -1:
+			want := fmt.Sprintf("#e%d:%d:%013d", x.w, x.q, x.e)
+			if h > 0 {
+				want += fmt.Sprintf(":%d:%d", xs, h)
+			}
 			if !x.rec || name != want {
 				return fmt.Sprintf("its record is %q, want %q", name, want)
 			}
-		case -2:
+		case z.Score == -2:
 			hasT = true
 			if want := fmt.Sprintf("#t%d", x.t); !x.hasT || name != want {
 				return fmt.Sprintf("it holds %q, want T %v", name, x.hasT)
 			}
-		default:
-			byScore[int64(z.Score)] = append(byScore[int64(z.Score)], name)
+		case z.Score >= 0:
+			t := int64(z.Score)
+			held[name] = t
+			requests[t]++
+			if c, ok := costs[name]; ok {
+				units[t] += c
+			} else {
+				units[t]++
+			}
 		}
 	}
 	if hasT != x.hasT {
 		return fmt.Sprintf("it holds no T, want T %d", x.t)
 	}
-	want := map[int64]int{}
+	wantRequests, wantUnits := map[int64]int{}, map[int64]int{}
 	for _, e := range x.entries {
-		want[e.t] += e.units()
-	}
-	for t, names := range byScore {
-		if len(names) != want[t] {
-			return fmt.Sprintf("it holds %d units at %d, want %d", len(names), t, want[t])
+		wantRequests[e.t]++
+		wantUnits[e.t] += e.units()
+		if e.anon {
+			continue
 		}
-		held := map[string]bool{}
-		for _, n := range names {
-			held[n] = true
+		if t, ok := held[e.id]; !ok || t != e.t {
+			return fmt.Sprintf("it lacks %s at %d", e.req, e.t)
 		}
-		for _, e := range x.entries {
-			if e.t != t || e.anon {
-				continue
-			}
-			for _, u := range e.members {
-				if !held[e.id+suffix(u)] {
-					return fmt.Sprintf("it lacks unit %d of %s at %d", u, e.req, t)
-				}
-			}
+		if c, ok := costs[e.id]; ok && c != e.cost || !ok && e.cost != 1 {
+			return fmt.Sprintf("it holds %s at a cost of %d, want %d", e.req, c, e.cost)
 		}
 	}
-	for t, n := range want {
-		if n > 0 && len(byScore[t]) == 0 {
-			return fmt.Sprintf("it holds no unit at %d, want %d", t, n)
+	for t, n := range requests {
+		if n != wantRequests[t] || units[t] != wantUnits[t] {
+			return fmt.Sprintf("it holds %d requests of %d units at %d, want %d of %d", n, units[t], t, wantRequests[t], wantUnits[t])
+		}
+	}
+	for t, n := range wantRequests {
+		if requests[t] == 0 {
+			return fmt.Sprintf("it holds no request at %d, want %d", t, n)
 		}
 	}
 	return ""

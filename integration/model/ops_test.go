@@ -180,7 +180,7 @@ func splitName(name string) (who, level string, requests bool) {
 // identity's log key, "/" and the level, ":#req" for a log of requests.
 func (h *harness) stem(name string) string {
 	who, level, requests := splitName(name)
-	key, _ := slidelimit.Key(h.prefix, who, slidelimit.PerSecond(1))
+	key := stemKey(h.prefix, who)
 	if level != "" {
 		key += "/" + level
 	}
@@ -1684,4 +1684,11 @@ func (o horizonOp) run(h *harness) {
 	default:
 		settleOp{Of: of, Via: o.Lim, Kind: "settle", Cost: 0}.run(h)
 	}
+}
+
+// stemKey is what every key of identity who starts with: its exact log's
+// key (slidelimit.Key) without the exact log's suffix, ":#0".
+func stemKey(prefix, who string) string {
+	key, _ := slidelimit.Key(prefix, who, slidelimit.PerSecond(1))
+	return strings.TrimSuffix(key, ":#0")
 }

@@ -224,8 +224,9 @@ func TestAnotherLimitersTimeoutDoesNotDecideQueuedCalls(t *testing.T) {
 }
 
 // TestOneLongWindowDoesNotUnboundTheLog: one call under 1,000/day, then
-// ten seconds of 1,000 units under 1,000/s (in calls of MaxExactCost): no key of the
-// identity holds more members than the largest exact quota used (1,000).
+// ten seconds of 1,000 units under 1,000/s (in calls of 4, each a request
+// and its cost): no key of the identity holds more members than the
+// largest exact quota used (1,000) allows.
 func TestOneLongWindowDoesNotUnboundTheLog(t *testing.T) {
 	e := newStandaloneEnv(t, "reg", 0)
 	clock := newFrozenClock()
@@ -240,8 +241,8 @@ func TestOneLongWindowDoesNotUnboundTheLog(t *testing.T) {
 	}
 	for i := range 10 {
 		clock.advance(time.Second)
-		for j := range 1000 / slidelimit.MaxExactCost { // a call adds at most MaxExactCost
-			if res, err := lim.AllowLimits(ctx, "tenant", slidelimit.MaxExactCost, slidelimit.PerSecond(1000)); err != nil || !res.Allowed {
+		for j := range 1000 / 4 {
+			if res, err := lim.AllowLimits(ctx, "tenant", 4, slidelimit.PerSecond(1000)); err != nil || !res.Allowed {
 				t.Fatalf("AllowLimits %d.%d = %+v, %v", i, j, res, err)
 			}
 		}
@@ -305,13 +306,12 @@ func TestAShortLeaseDoesNotShortenALongOne(t *testing.T) {
 			t.Fatalf("AllowLimits(%v) = %+v, %v", l, res, err)
 		}
 	}
-	key, _ := slidelimit.Key(prefix, "tenant", slidelimit.PerSecond(1))
-	ttl, err := e.admins[0].PTTL(t.Context(), key+":#inflight").Result()
+	ttl, err := e.admins[0].PTTL(t.Context(), stemKey(prefix, "tenant")+":#inflight").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ttl < 9*time.Second {
-		t.Errorf("PTTL(%s:#inflight) = %v after a lease of 10s and then one of 1s, want at least 9s: the log lives as long as its longest lease", key, ttl)
+		t.Errorf("PTTL(%s:#inflight) = %v after a lease of 10s and then one of 1s, want at least 9s: the log lives as long as its longest lease", stemKey(prefix, "tenant"), ttl)
 	}
 }
 
@@ -537,16 +537,13 @@ func TestReplayAFallbackUnderAPlanIsDecidedByThePlan(t *testing.T) {
 
 // TestReplayAShortPlanDoesNotGrowTheLogPastTheLargestQuota is the
 // checker's shrunk sequence of a log kept for a minute by one plan while
-// another admits into it (seed 3727420594805158); its 595 units now come
-// in three calls, for a call adds at most MaxExactCost.
+// another admits into it (seed 3727420594805158).
 func TestReplayAShortPlanDoesNotGrowTheLogPastTheLargestQuota(t *testing.T) {
 	replay(t, "sequential/standalone", []limiterSpec{
 		{Process: 0, Limits: plan{slidelimit.Per(600, time.Minute)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
 	}, []op{
 		allowOp{Lim: 0, Who: "b", Cost: 1, Req: "r1"},
-		allowOp{Lim: 0, Who: "b", Cost: 250, Req: "r2"}, // 595 units, in calls of at most MaxExactCost
-		allowOp{Lim: 0, Who: "b", Cost: 250, Req: "r2.1"},
-		allowOp{Lim: 0, Who: "b", Cost: 95, Req: "r2.2"},
+		allowOp{Lim: 0, Who: "b", Cost: 595, Req: "r2"},
 		advanceOp{D: 10 * time.Second},
 		allowOp{Lim: 0, Who: "b", Cost: 5, Plan: plan{slidelimit.Per(5, 10*time.Second)}, Req: "r4"},
 	})

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
@@ -24,17 +21,17 @@ import (
 //
 // The model of an identity is a set of concrete states, each one that
 // Redis may hold: a call whose command may or may not have run (a
-// fallback after it was sent), a key that may or may not have expired by
-// the time a script reached it, or units the log dropped among requests of
-// one instant whose ids the model does not know, each split the set. Every
+// fallback after it was sent), or a key that may or may not have expired
+// by the time a script reached it, each split the set. Every
 // answer Redis gives keeps only the states in which the model gives the
 // same answer, to the µs; an answer no state gives is a failure.
 //
 //   - Exact limits count the units admitted into the identity's one exact
 //     log in (now-window, now]; every exact limit counts every admission
-//     of the identity, whatever limits admitted it. The log keeps W of
-//     history and at most its newest Q units; a window reaching back to a
-//     unit it dropped counts as full (narrowing_test.go).
+//     of the identity, whatever limits admitted it, each request one entry
+//     of its cost. The log keeps W of history and about its newest Q units,
+//     whole instants; a window reaching back to a unit it dropped counts as
+//     full (narrowing_test.go).
 //   - Stepped limits count whole buckets of their step: the units in
 //     buckets b >= floor((now-window)/step). Limits of one step share one
 //     log; exact and stepped limits, and stepped limits of different steps,
@@ -46,22 +43,16 @@ import (
 //     admitted; a refund takes back what the logs still hold of it; Reset
 //     forgets the identity's exact log and its limiter's stepped logs.
 
-// xentry is one request's units in the exact log, all at one score.
+// xentry is one request in the exact log: its units, at one score.
 type xentry struct {
-	t       int64  // score: admission time, µs
-	id      string // the request id's 8 bytes (a synthetic one when anon)
-	req     string // the model's handle, for messages
-	anon    bool   // a random id: the names of its members are unknown
-	members []int  // !anon: the unit numbers held (0 is id itself), in the order their names sort
-	n       int    // anon: how many units it holds
+	t    int64  // score: admission time, µs
+	id   string // the request id's 8 bytes (a synthetic one when anon)
+	req  string // the model's handle, for messages
+	anon bool   // a random id: its name is unknown
+	cost int    // the units it holds
 }
 
-func (e *xentry) units() int {
-	if e.anon {
-		return e.n
-	}
-	return len(e.members)
-}
+func (e *xentry) units() int { return e.cost }
 
 // xlog is one state of an identity's exact log.
 type xlog struct {
@@ -145,7 +136,7 @@ func (st *state) digest() uint64 {
 	x := st.x
 	fmt.Fprintf(h, "x%v,%d,%d,%d,%v,%d,%d,%d|", x.rec, x.w, x.e, x.q, x.hasT, x.t, x.exp.lo.UnixMicro(), x.exp.hi.UnixMicro())
 	for _, e := range x.entries {
-		fmt.Fprintf(h, "%d,%x,%v,%d,%v;", e.t, e.id, e.anon, e.n, e.members)
+		fmt.Fprintf(h, "%d,%x,%v,%d;", e.t, e.id, e.anon, e.cost)
 	}
 	fmt.Fprintf(h, "f%d,%d|", st.f.exp.lo.UnixMicro(), st.f.exp.hi.UnixMicro())
 	for _, l := range st.f.leases {
@@ -177,35 +168,6 @@ func (st *state) digest() uint64 {
 func idOf(req string) string {
 	sum := sha256.Sum256([]byte(req))
 	return string(sum[:8])
-}
-
-// ownOrder returns the unit numbers 0..cost-1 of one request in the order
-// their member names (id, id.."1", ..., id..(cost-1)) sort.
-func ownOrder(cost int) []int {
-	ownOrders.Lock()
-	defer ownOrders.Unlock()
-	if o, ok := ownOrders.m[cost]; ok {
-		return o
-	}
-	o := make([]int, cost)
-	for i := range o {
-		o[i] = i
-	}
-	sort.Slice(o, func(i, j int) bool { return suffix(o[i]) < suffix(o[j]) })
-	ownOrders.m[cost] = o
-	return o
-}
-
-var ownOrders = struct {
-	sync.Mutex
-	m map[int][]int
-}{m: map[int][]int{}}
-
-func suffix(u int) string {
-	if u == 0 {
-		return ""
-	}
-	return strconv.Itoa(u)
 }
 
 // floorDiv is floor(a/b) for b > 0.
@@ -652,9 +614,8 @@ func need(c call, l slidelimit.Limit) int {
 }
 
 // finish writes what the decision (admit, allowed) writes into the
-// pending logs, and returns the answers of its limits: one per way the
-// exact log may have dropped units of one instant whose names the model
-// does not know. retryFits and nparts tell whether the exact part's
+// pending logs, and returns the answers of its limits. retryFits and
+// nparts tell whether the exact part's
 // record is written for a retry (recordWrites).
 func (p *pending) finish(admit, allowed, retryFits bool, nparts int) []outcome {
 	st, c := p.st, p.c
@@ -758,138 +719,56 @@ func (x *xlog) count(now, w int64) int {
 	return n
 }
 
-// holds reports whether a retry of id finds it in the exact log: its own
-// member is there.
+// holds reports whether a retry of id finds it in the exact log: its
+// member is there, whatever its cost.
 func (x *xlog) holds(id string) bool {
-	for _, e := range x.entries {
-		if e.id == id && !e.anon && len(e.members) > 0 && e.members[0] == 0 {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(x.entries, func(e *xentry) bool { return e.id == id && !e.anon })
 }
 
-// finish records an admission (the members of c's id that the log does
-// not hold already), writes the record if writes, and keeps the newest Q
-// units: one log per way the drop may have gone.
+// finish records an admission, writes the record if writes, and keeps
+// about the newest Q units (exactKeeps). It returns one log: what the log
+// keeps does not hang on names the model may not know.
 func (x *xlog) finish(c call, r xread, admit, writes bool) []*xlog {
+	hadRec := x.rec
 	added := 0
 	if admit {
-		e := &xentry{t: c.now, id: c.id, req: c.req, anon: c.anon}
-		if c.anon {
-			e.n = c.cost
-		} else {
-			held := map[int]bool{}
-			for _, o := range x.entries {
-				if o.id == c.id && !o.anon {
-					for _, u := range o.members {
-						held[u] = true
-					}
-				}
-			}
-			for _, u := range ownOrder(c.cost) {
-				if !held[u] {
-					e.members = append(e.members, u)
-				}
-			}
-		}
+		e := &xentry{t: c.now, id: c.id, req: c.req, anon: c.anon, cost: c.cost}
 		added = e.units()
-		if added > 0 {
-			i := len(x.entries)
-			for i > 0 && x.entries[i-1].t > e.t {
-				i--
-			}
-			x.entries = slices.Insert(x.entries, i, e)
+		i := len(x.entries)
+		for i > 0 && x.entries[i-1].t > e.t {
+			i--
 		}
+		x.entries = slices.Insert(slices.Clone(x.entries), i, e)
 	}
 	if writes {
 		life := exactLife(r.w)
 		x.rec, x.w, x.q, x.e = true, r.w, r.q, c.now/1000+life
 		x.exp = expiryOf(c.ra, c.rb, life)
 	}
-	if drop := r.n + added - r.q; drop > 0 {
-		return x.dropOldest(drop)
+	if !c.peek() && hadRec && r.n+added > r.q {
+		x.keep(r.n+added, r.q)
 	}
 	return []*xlog{x}
 }
 
-// dropOldest drops the k units that sort first (by score, then name), and
-// notes the newest one's time as T. Where k ends inside a group of one
-// instant holding units whose names the model does not know, it returns
-// one log per number of the known members dropped.
-func (x *xlog) dropOldest(k int) []*xlog {
-	for len(x.entries) > 0 && k > 0 {
+// keep drops the oldest instants of the log, which holds n units, while
+// it keeps at least q without them (exactKeeps), and notes the newest one
+// dropped as T.
+func (x *xlog) keep(n, q int) {
+	for len(x.entries) > 0 {
 		t := x.entries[0].t
-		end := 0
-		total := 0
+		end, units := 0, 0
 		for end < len(x.entries) && x.entries[end].t == t {
-			total += x.entries[end].units()
+			units += x.entries[end].units()
 			end++
 		}
+		if n-units < q {
+			return
+		}
+		x.entries = slices.Delete(slices.Clone(x.entries), 0, end)
+		n -= units
 		x.hasT, x.t = true, t
-		if total <= k {
-			x.entries = slices.Delete(x.entries, 0, end)
-			k -= total
-			continue
-		}
-		return x.dropInGroup(end, k)
 	}
-	return []*xlog{x}
-}
-
-// dropInGroup drops k of the units of the first end entries, which share
-// one score: by name where every name is known, else in each way the
-// unknown names allow.
-func (x *xlog) dropInGroup(end, k int) []*xlog {
-	type member struct {
-		name string
-		e    int // index of its entry
-		u    int
-	}
-	var known []member
-	anon := 0
-	for i, e := range x.entries[:end] {
-		if e.anon {
-			anon += e.n
-			continue
-		}
-		for _, u := range e.members {
-			known = append(known, member{e.id + suffix(u), i, u})
-		}
-	}
-	slices.SortFunc(known, func(a, b member) int { return strings.Compare(a.name, b.name) })
-	var out []*xlog
-	for j := max(0, k-anon); j <= min(k, len(known)); j++ {
-		y := x.clone()
-		gone := map[int]map[int]bool{}
-		for _, m := range known[:j] {
-			if gone[m.e] == nil {
-				gone[m.e] = map[int]bool{}
-			}
-			gone[m.e][m.u] = true
-		}
-		anonLeft := anon - (k - j)
-		var kept []*xentry
-		for i, e := range x.entries[:end] {
-			if e.anon {
-				// The anonymous units of the instant, as one entry: no call
-				// names them again.
-				if anonLeft > 0 {
-					kept = append(kept, &xentry{t: e.t, id: e.id, req: e.req, anon: true, n: anonLeft})
-					anonLeft = 0
-				}
-				continue
-			}
-			left := slices.DeleteFunc(slices.Clone(e.members), func(u int) bool { return gone[i][u] })
-			if len(left) > 0 {
-				kept = append(kept, &xentry{t: e.t, id: e.id, req: e.req, members: left})
-			}
-		}
-		kept = append(kept, x.entries[end:]...)
-		y.entries = kept
-		out = append(out, y)
-	}
-	return out
 }
 
 // stat is an exact limit's answer, from its count c before the decision.
@@ -1082,13 +961,12 @@ func refundAct(id string, cost int) settleAct {
 	return settleAct{id: id, lo: cost, old: cost, units: 0, lease: leaseRelease}
 }
 
-// settle applies a to the logs of steps, and returns the states it may
-// leave (an exact log grown past its Q drops units of one instant whose
-// names the model may not know) and how many of the request's leases were
-// held before. settle.lua: an exact log changes a request whose own member
-// it holds, "a settle to fewer units gives the rest back; to more, it
-// records the excess at the admission's time" and keeps the newest Q
-// units; a stepped log one among its last ids, by the units its entry
+// settle applies a to the logs of steps, and returns the states it
+// leaves and how many of the request's leases were held before.
+// settle.lua: an exact log changes a request it holds, whatever it holds it
+// at, "a settle to fewer units gives the rest back; to more, it records
+// the excess at the admission's time" and keeps about the newest Q units;
+// a stepped log one among its last ids, by the units its entry
 // holds; a log of requests (the caller passes old 1, and units 0 or -1)
 // only a refund.
 func (st *state) settle(a settleAct, steps []int64) ([]*state, int) {
@@ -1097,7 +975,7 @@ func (st *state) settle(a settleAct, steps []int64) ([]*state, int) {
 	for _, step := range steps {
 		switch {
 		case step == 0 && a.units >= 0:
-			xs = st.x.settle(a.id, a.lo, a.old, a.units)
+			xs = st.x.settle(a.id, a.units)
 		case step > 0 && a.units >= 0:
 			if g := st.s[step]; g != nil && g.exists {
 				g.settle(a.id, a.units)
@@ -1122,45 +1000,29 @@ func (st *state) settle(a settleAct, steps []int64) ([]*state, int) {
 	return out, leases
 }
 
-// settle moves the units of the request of id, which the client holds at
-// lo to old, to units, if the log holds its own member, and keeps the
-// newest Q: "a settle lands on the cost it names".
-func (x *xlog) settle(id string, lo, old, units int) []*xlog {
-	i := slices.IndexFunc(x.entries, func(e *xentry) bool {
-		return e.id == id && !e.anon && len(e.members) > 0 && e.members[0] == 0
-	})
-	if i < 0 || units == old && lo == old {
+// settle moves the request of id to units, if the log holds it,
+// whatever it holds it at ("a settle lands on the cost it names"): a
+// settle to 0 forgets it; one to more keeps about the newest Q.
+func (x *xlog) settle(id string, units int) []*xlog {
+	i := slices.IndexFunc(x.entries, func(e *xentry) bool { return e.id == id && !e.anon })
+	if i < 0 || x.entries[i].cost == units {
 		return []*xlog{x}
 	}
+	had := x.entries[i].cost
 	x.entries = slices.Clone(x.entries)
-	e := *x.entries[i]
-	if units < old {
-		e.members = slices.DeleteFunc(slices.Clone(e.members), func(u int) bool { return u >= units && u < old })
-	}
-	if units > lo {
-		held := map[int]bool{}
-		for _, u := range e.members {
-			held[u] = true
-		}
-		e.members = slices.Clone(e.members)
-		for u := lo; u < units; u++ {
-			if !held[u] {
-				e.members = append(e.members, u)
-			}
-		}
-		slices.SortFunc(e.members, func(a, b int) int { return strings.Compare(suffix(a), suffix(b)) })
-	}
-	if len(e.members) == 0 {
+	if units == 0 {
 		x.entries = slices.Delete(x.entries, i, i+1)
 	} else {
+		e := *x.entries[i]
+		e.cost = units
 		x.entries[i] = &e
 	}
 	n := 0
 	for _, e := range x.entries {
 		n += e.units()
 	}
-	if units > lo && x.rec && n > x.q {
-		return x.dropOldest(n - x.q)
+	if units > had && x.rec && n > x.q {
+		x.keep(n, x.q)
 	}
 	return []*xlog{x}
 }
@@ -1170,10 +1032,8 @@ func (x *xlog) settle(id string, lo, old, units int) []*xlog {
 // log lives until the latest of them leaves the history it keeps, unless
 // it lives longer already.
 func (x *xlog) shift(a settleAct) *xlog {
-	i := slices.IndexFunc(x.entries, func(e *xentry) bool {
-		return e.id == a.id && !e.anon && len(e.members) > 0 && e.members[0] == 0
-	})
-	if i < 0 || a.old <= 0 {
+	i := slices.IndexFunc(x.entries, func(e *xentry) bool { return e.id == a.id && !e.anon })
+	if i < 0 || x.entries[i].cost <= 0 {
 		return x
 	}
 	c := x.clone()
@@ -1395,9 +1255,6 @@ func (st *state) describe(c call) string {
 					break
 				}
 				fmt.Fprintf(&b, " %s×%d@now%+v", cmp.Or(e.req, "?"), e.units(), micro(e.t-c.now))
-				if !e.anon && (len(e.members) == 0 || e.members[0] != 0) {
-					b.WriteString("(id gone)")
-				}
 			}
 			parts = append(parts, b.String())
 			continue

@@ -220,11 +220,11 @@ decide_parts = function(k0, np, a, cost, id, now, score, newest)
       local step, found = p[2], false
       if step > 0 then
         found = p[9].seen
+      elseif step == 0 then
+        found = call('ZSCORE', p[1], id)
       else
         found = call('ZSCORE', p[1], id)
-        if found and step < 0 then
-          found = tonumber(found) > now
-        end
+        found = found and tonumber(found) > now
       end
       if found then
         duplicate = true

@@ -235,17 +235,13 @@ func Reply(v any, err error) ([]int64, error) {
 }
 
 // Work is measured in Redis time, in units of about workUnit µs each: a
-// decision costs partWork per key it reads and writes, and a unit of cost
-// about a quarter of a work unit, for an exact log adds a member per unit
-// (about 2.5 µs on the 2-core machine of BENCHMARKS.md).
+// decision costs partWork per key it reads and writes, whatever its cost
+// (no log's work grows with the units a request takes).
 const (
-	workUnit     = 10 // µs, about
-	partWork     = 2  // per key of a decision
-	unitsPerWork = 4  // units of cost per work unit
+	workUnit = 10 // µs, about
+	partWork = 2  // per key of a decision
 	// maxWork bounds the work of one call of the batch form: about 500
-	// µs of Redis time. A decision is bounded by its cost
-	// (slidelimit.MaxExactCost), so that one alone stays within about
-	// 1 ms.
+	// µs of Redis time.
 	maxWork = 500 / workUnit
 	// maxArgs bounds the arguments (keys and ARGV) of one call of the
 	// batch form, below the 3,999 that ElastiCache Serverless accepts in
@@ -255,8 +251,7 @@ const (
 
 // Work returns the estimated Redis time cmd takes, in work units.
 func (cmd Command) Work() int {
-	cost, _ := cmd.Args()[0].(int)
-	return partWork*cmd.NKeys() + cost/unitsPerWork
+	return partWork * cmd.NKeys()
 }
 
 // Chunks splits cmds, in order, into the groups that each go to Redis as

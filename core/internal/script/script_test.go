@@ -115,9 +115,26 @@ func (h *harness) refund(p *Plan, cost int, id string) int64 {
 // units returns the units the exact log holds.
 func (h *harness) units() int64 {
 	h.t.Helper()
-	n, err := h.rdb.ZCount(h.t.Context(), h.log, "0", "+inf").Result()
+	members, err := h.rdb.ZRangeWithScores(h.t.Context(), h.log, 0, -1).Result()
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	costs := map[string]int64{} // a request's cost, when not 1: its id + "$", scored -3 - cost
+	for _, z := range members {
+		if m := z.Member.(string); z.Score <= -3 {
+			costs[strings.TrimSuffix(m, "$")] = int64(-3 - z.Score)
+		}
+	}
+	var n int64
+	for _, z := range members {
+		if z.Score < 0 {
+			continue
+		}
+		if c, ok := costs[z.Member.(string)]; ok {
+			n += c
+		} else {
+			n++
+		}
 	}
 	return n
 }
@@ -323,15 +340,20 @@ func TestABatchDecidesAsLoneCalls(t *testing.T) {
 	}
 }
 
-// TestExactLogKeepsAtMostItsLargestQuota: a window of one limit no longer
+// TestExactLogKeepsAboutItsLargestQuota: a window of one limit no longer
 // makes the log keep every unit another limit admits within it. The log
-// holds at most the largest quota counted in it.
-func TestExactLogKeepsAtMostItsLargestQuota(t *testing.T) {
+// keeps whole requests, at least the largest quota counted in it and fewer
+// than that and its oldest request.
+func TestExactLogKeepsAboutItsLargestQuota(t *testing.T) {
 	h := newHarness(t)
 	long := NewPlan([]Limit{exact(600, time.Minute)})
 	short := NewPlan([]Limit{exact(5, time.Second)})
-	h.decide(long, 1, newID())
-	h.decide(long, 595, newID())
+	for range 10 {
+		h.now++
+		h.decide(long, 1, newID())
+	}
+	h.now++
+	h.decide(long, 586, newID())
 	h.now += time.Second.Microseconds()
 	for range 40 { // 10 s, 4 a second: the short limit admits each
 		h.now += 250_000
@@ -339,8 +361,12 @@ func TestExactLogKeepsAtMostItsLargestQuota(t *testing.T) {
 			t.Fatal("the short limit denied its fourth call in a second")
 		}
 	}
-	if n := h.units(); n > 600 {
-		t.Fatalf("the log holds %d units, want at most 600", n)
+	// 636 admitted: the ten of 1 dropped, the one of 586 kept.
+	if n := h.units(); n != 626 {
+		t.Fatalf("the log holds %d units, want 626: 636 less the ten oldest requests of 1 unit", n)
+	}
+	if n := h.rdb.ZCount(t.Context(), h.log, "-2", "-2").Val(); n != 1 {
+		t.Fatalf("the log holds %d records of what it dropped, want 1", n)
 	}
 	// Still exact for the long limit: its window holds 600 or more.
 	if ok, _, st := h.decide(long, 1, newID()); ok || st[0].Remaining != 0 {

@@ -9,7 +9,7 @@
 -- ARGV[1]      the request id.
 -- ARGV[2]      the cost recorded for it when admitted (or last settled);
 --              or "lo:hi" when a settle whose reply was lost may have run,
---              and an exact log may hold any of lo to hi units of it.
+--              and the logs may hold any of lo to hi units of it.
 -- ARGV[3]      the cost to settle to, or "" to leave it.
 -- ARGV[4]      its leases: "" to leave them, "0" to release them, else the
 --              µs to renew them for, from now.
@@ -28,9 +28,9 @@
 -- A settle lands on the cost it names, whatever the log held of lo to hi.
 -- A settle to fewer units gives the rest back; to more, it records the
 -- excess at the admission's time, so that a window may hold more than its
--- quota until the excess leaves it (an exact log still keeps at most its
--- newest Q units). A settle to 0 forgets the id, as a refund: a retry of it
--- is a new request.
+-- quota until the excess leaves it. A settle to 0 forgets the id, as a
+-- refund: a retry of it is a new request. Its work does not grow with the
+-- correction.
 --
 -- Returns {units, leases}: the units the first exact or stepped part held
 -- for id before (0 when the request left it, was refunded or, in a stepped
@@ -76,72 +76,61 @@ for i, key in ipairs(KEYS) do
   end
   local step = tonumber(spec)
   if step == 0 then
+    -- The request is its id, and its cost the score of id .. "$" if not 1
+    -- (exact.lua): found whatever it was settled to, through any Result.
     local s = call('ZSCORE', key, id)
     local had = 0
     if s then
-      had = old
-      if new and new < old then
-        local members = {}
-        for u = new, old - 1 do
-          members[#members + 1] = u == 0 and id or id .. u
-          if #members >= 200 or u == old - 1 then
-            call('ZREM', key, unpack(members))
-            members = {}
-          end
+      had = call('ZSCORE', key, id .. '$')
+      had = had and -3 - had or 1
+    end
+    if s and new and new ~= had then
+      -- The request's cost becomes new; a settle to 0 forgets its id. X
+      -- (each request's cost less 1) and H (how many costs) follow.
+      local dx, dh = new - had, 0
+      if new == 0 then
+        call('ZREM', key, id)
+        dx = 1 - had
+      end
+      if new > 1 then
+        call('ZADD', key, string.format('%d', -3 - new), id .. '$')
+        if had == 1 then
+          dh = 1
+        end
+      elseif had ~= 1 then
+        call('ZREM', key, id .. '$')
+        dh = -1
+      end
+      local r, rec, nrec = call('ZRANGEBYSCORE', key, '-2', '-1'), nil, 0
+      for _, m in ipairs(r) do
+        nrec = nrec + 1
+        if string.byte(m, 2) == 101 then -- "#e"
+          rec = m
         end
       end
-      if new and new > lo then
-        local args = {'NX'}
-        for u = lo, new - 1 do
-          args[#args + 1] = s
-          args[#args + 1] = u == 0 and id or id .. u
-          if #args >= 201 or u == new - 1 then
-            call('ZADD', key, unpack(args))
-            args = {'NX'}
-          end
+      local w, q, e, xs, h = string.match(rec or '', '^#e(%d+):(%d+):(%d+):?(%-?%d*):?(%d*)$')
+      if w then
+        w, q, e = tonumber(w), tonumber(q), tonumber(e)
+        xs, h = (tonumber(xs) or 0) + dx, (tonumber(h) or 0) + dh
+        local n = call('ZCARD', key) - nrec - h + xs
+        if new > had and n > q then
+          -- Keep about the newest Q units.
+          local _, kx, kh = exact_keep(key, n, q, nrec + h, h)
+          xs, h = xs + kx, h + kh
         end
-        -- Keep the newest Q units.
-        local m = call('ZRANGE', key, '0', '1')
-        local nrec, q = 0, nil
-        for _, r in ipairs(m) do
-          if #r > 11 and string.byte(r) == 35 then
-            nrec = nrec + 1
-            if string.byte(r, 2) == 114 then
-              q = tonumber(string.match(r, '^#r%d+:(%d+):'))
-            end
-          end
-        end
-        local n = call('ZCARD', key) - nrec
-        if q and n > q then
-          exact_keep(key, n - q, nrec)
-        end
+        exact_rewrite(key, rec, exact_record(w, q, e, xs, h))
       end
     end
-    local now_cost = new or old
+    local now_cost = new or had
     if s and shift > 0 and now_cost > 0 then
-      -- Every unit the log holds of it, and those past what the caller
-      -- knows of (a settle made through another Result of the same id,
-      -- such as a retry's, which knows only the cost it was called with).
-      while call('ZSCORE', key, id .. now_cost) do
-        now_cost = now_cost + 1
-      end
-      -- Later by shift: each unit's score, and the log's life, which its
-      -- record's W says.
+      -- Later by shift: its score, and the log's life, which its record's
+      -- W says.
       local later = s + shift
-      local args = {'XX'}
-      for u = 0, now_cost - 1 do
-        args[#args + 1] = later
-        args[#args + 1] = u == 0 and id or id .. u
-        if #args >= 201 or u == now_cost - 1 then
-          call('ZADD', key, unpack(args))
-          args = {'XX'}
-        end
-      end
-      for _, r in ipairs(call('ZRANGE', key, '0', '1')) do
-        local w = #r > 11 and string.match(r, '^#r(%d+):')
-        if w then
-          live(key, math.ceil((later + tonumber(w) - clock()) / 1000))
-        end
+      call('ZADD', key, 'XX', string.format('%d', later), id)
+      local rec = call('ZRANGEBYSCORE', key, '-1', '-1')[1]
+      local w = rec and string.match(rec, '^#e(%d+):')
+      if w then
+        live(key, math.ceil((later + tonumber(w) - clock()) / 1000))
       end
     end
     if first then
