@@ -5,9 +5,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/redistest"
 )
@@ -42,6 +45,7 @@ func limits(ls ...slidelimit.Limit) []slidelimit.Limit { return ls }
 func tree(t *testing.T, a Adapter) {
 	for _, sc := range []scenario{
 		{"levels", treeLevels},
+		{"burst", treeBurst},
 		{"errors", treeErrors},
 		{"settle", treeSettle},
 		{"in flight", treeInFlight},
@@ -122,6 +126,52 @@ func treeLevels(t *testing.T, a Adapter) {
 		if got := r.Header.Get(slidelimit.FieldXRateLimitLimit); tt.xLimit != "" && got != tt.xLimit {
 			t.Errorf("%s: X-RateLimit-Limit %q, want %s's %s", what, got, tt.bound, tt.xLimit)
 		}
+	}
+}
+
+// treeBurst sends concurrent requests of many keys of two teams, each
+// team allowed 6, against an organisation allowed 10, on standalone Redis
+// and on Redis Cluster: exactly the organisation's 10 are admitted.
+func treeBurst(t *testing.T, a Adapter) {
+	for _, rc := range []struct {
+		name string
+		rdb  func(testing.TB) redis.Scripter
+	}{
+		{"standalone", func(t testing.TB) redis.Scripter { return redistest.Client(t) }},
+		{"cluster", func(t testing.TB) redis.Scripter { return redistest.ClusterClient(t) }},
+	} {
+		t.Run(rc.name, func(t *testing.T) {
+			const quota, n = 10, 40
+			srv := a(t, Settings{
+				Limiter: NewLimiter(t, rc.rdb(t), slidelimit.Per(1000, time.Minute)),
+				Tree: treeOf(limits(slidelimit.PerMinute(quota).Named("org")), limits(slidelimit.PerMinute(6).Named("team")),
+					limits(slidelimit.PerMinute(2).Named("key"))),
+			})
+			busyLoops(t)
+			var admitted, denied atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					switch r := get(t, srv, "/a", TreeHeader, fmt.Sprintf("t%d/k%d", i%2, i)); r.Status {
+					case http.StatusOK:
+						admitted.Add(1)
+					case http.StatusTooManyRequests:
+						denied.Add(1)
+					default:
+						t.Errorf("burst request = %d, want 200 or 429", r.Status)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if admitted.Load() != quota || denied.Load() != n-quota {
+				t.Errorf("burst of %d: %d admitted, %d denied; want %d, %d", n, admitted.Load(), denied.Load(), quota, n-quota)
+			}
+		})
 	}
 }
 
