@@ -111,3 +111,31 @@ func TestTreePlaceInFlightAtALevel(t *testing.T) {
 		t.Errorf("hook got %v, want nothing", errs)
 	}
 }
+
+// TestTreeLongRequestKeepsItsPlaceAtItsLevel: a request of a tree that
+// runs several times the lease of its team's place in flight keeps it,
+// renewed at that level while it runs, and gives it back when it ends.
+func TestTreeLongRequestKeepsItsPlaceAtItsLevel(t *testing.T) {
+	var errs []error
+	const lease = 600 * time.Millisecond // renewed every 200 ms: slack for a loaded machine
+	f, _, _ := newFlow(t, &errs, slidelimit.PerMinute(100))
+	f.Tree = func(c call) (string, []slidelimit.Level, error) {
+		lv := levels(c.id)
+		lv[1].Limits = []slidelimit.Limit{slidelimit.InFlight(1, lease).Named("team-running")}
+		return "org:acme", lv, nil
+	}
+	p := admit(t, f, call{"k1", 1})
+	for range 3 { // three leases' time, and still in flight
+		time.Sleep(lease)
+		if v := verdict(t, f, call{"k2", 1}); v != adapter.Deny {
+			t.Fatalf("another key of the team while a long request runs = %v, want Deny", v)
+		}
+	}
+	p.End(200, nil)
+	if v := verdict(t, f, call{"k2", 1}); v != adapter.Admit {
+		t.Errorf("another key of the team after the long request ended = %v, want Admit", v)
+	}
+	if len(errs) != 0 {
+		t.Errorf("hook got %v, want nothing", errs)
+	}
+}
