@@ -43,7 +43,7 @@ func TestTreeFailsBeforeRedisAsAKeyError(t *testing.T) {
 			if d.Verdict != adapter.Fail || !errors.As(d.Err, &ke) || !errors.Is(d.Err, tt.target) || !strings.HasPrefix(d.Err.Error(), tt.msg) {
 				t.Errorf("Decide = %v, %v; want Fail with a *KeyError %q wrapping %v", d.Verdict, d.Err, tt.msg, tt.target)
 			}
-			if len(errs) != 1 || errs[0] != d.Err {
+			if len(errs) != 1 || !errors.Is(errs[0], d.Err) {
 				t.Errorf("hook got %v, want the decision's error once", errs)
 			}
 			if got := n.n.Load(); got != 0 {
