@@ -512,3 +512,42 @@ func TestASettleOfAnyCorrectionIsOneScriptCall(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotasOfBillionsAdmitAndSettle: a daily budget of 5,000,000,000
+// units (a stepped log, counting each step in 48 bits) admits 4,000,000,000
+// at once, denies past the quota, and settles exactly both in the newest
+// step and in an older one (BITFIELD on the ring).
+func TestQuotasOfBillionsAdmitAndSettle(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clock := newClock(time.Minute)
+		lim, _ := newLimiter(t, rdb, slidelimit.PerDay(5_000_000_000), slidelimit.WithClock(clock.Now), slidelimit.WithDenyCache(0))
+		ctx := t.Context()
+		big := allowNOK(t, lim, "org", 4_000_000_000)
+		if got := peekRemaining(t, lim, "org"); got[0] != 1_000_000_000 {
+			t.Fatalf("after AllowN(4e9) under 5e9/day, Remaining = %d, want 1e9", got[0])
+		}
+		if res, err := lim.AllowN(ctx, "org", 1_000_000_001); err != nil || res.Allowed {
+			t.Fatalf("AllowN(1e9+1) with 1e9 left = %+v, %v; want denied", res, err)
+		}
+		if err := lim.Settle(ctx, big, 4_500_000_000); err != nil {
+			t.Fatal(err)
+		}
+		if got := peekRemaining(t, lim, "org"); got[0] != 500_000_000 {
+			t.Fatalf("after settling 4e9 to 4.5e9 in its step, Remaining = %d, want 5e8", got[0])
+		}
+		clock.Add(time.Minute) // a newer step: the first now counts in the ring
+		small := allowNOK(t, lim, "org", 300_000_000)
+		if err := lim.Settle(ctx, big, 1_000_000_000); err != nil {
+			t.Fatal(err)
+		}
+		if got := peekRemaining(t, lim, "org"); got[0] != 3_700_000_000 {
+			t.Fatalf("after settling the older 4.5e9 to 1e9, Remaining = %d, want 3.7e9", got[0])
+		}
+		if err := lim.Refund(ctx, small); err != nil {
+			t.Fatal(err)
+		}
+		if got := peekRemaining(t, lim, "org"); got[0] != 4_000_000_000 {
+			t.Fatalf("after refunding 3e8, Remaining = %d, want 4e9", got[0])
+		}
+	})
+}

@@ -62,7 +62,7 @@
 // An exact log costs memory in proportion to the requests its window holds,
 // up to its quota. A Limit above MaxExactQuota, or one given a Step (Limit.Stepped), is counted
 // in steps instead: one count per step in a ring of fixed size, so a
-// 100,000-per-day identity at one-minute steps holds about 10 KB and a
+// 100,000-per-day identity at one-minute steps holds about 12 KB and a
 // request of any cost costs Redis the same. It never admits more than the
 // quota in any window, may deny for at most one step longer than the exact
 // log, and reports RetryAfter exact to the step.

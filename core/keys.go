@@ -35,10 +35,10 @@ const DefaultPrefix = "slidelimit:"
 // one to two of its longest window past its last admission.
 //
 // A stepped limit counts the stepped log of its step, the stem + ":#" +
-// the step in µs (":#60000000" for a minute): a string of about 8.4 KB
+// the step in µs (":#60000000" for a minute): a string of about 11.8 KB
 // holding a header, the ids of the identity's last 128 admissions at that
 // step (so that a retried call counts once and a refund finds its step) and
-// a ring of one 32-bit count per step. A limit that counts requests
+// a ring of one 48-bit count per step. A limit that counts requests
 // (Limit.Requests) counts a log of its own, the stem + ":#req" and its
 // step's suffix (":#0" if exact); an in-flight limit (Limit.InFlight) the
 // sorted set of leases at the stem + ":#inflight". The levels of a

@@ -2,6 +2,7 @@ package slidelimit
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -9,11 +10,13 @@ import (
 	"github.com/slidelimit/slidelimit/core/internal/script"
 )
 
-// Bounds on a Limit. They keep one key's sorted set, and so Redis memory and
-// script time, bounded.
+// Bounds on a Limit. They keep one key's memory, and a decision's Redis
+// time, bounded.
 const (
-	// MaxQuota is the largest Quota a Limit may have.
-	MaxQuota = 1_000_000
+	// MaxQuota is the largest Quota a Limit may have, 10^12 (a stepped log
+	// counts each step in 48 bits): a day of tokens or of micro-dollars of
+	// a busy organisation. On a 32-bit platform an int bounds it first.
+	MaxQuota = 1_000_000_000_000
 	// MinWindow is the shortest Window a Limit may have.
 	MinWindow = time.Millisecond
 	// MaxWindow is the longest Window a Limit may have.
@@ -175,7 +178,7 @@ func (l Limit) Named(name string) Limit {
 // Validate reports whether l can be enforced. The error wraps ErrInvalidLimit.
 func (l Limit) Validate() error {
 	switch {
-	case l.Quota < 1 || l.Quota > MaxQuota:
+	case l.Quota < 1 || int64(l.Quota) > MaxQuota:
 		return fmt.Errorf("%w: quota %d is outside 1..%d", ErrInvalidLimit, l.Quota, MaxQuota)
 	case l.Window < MinWindow || l.Window > MaxWindow:
 		return fmt.Errorf("%w: window %v is outside %v..%v", ErrInvalidLimit, l.Window, MinWindow, MaxWindow)
@@ -255,7 +258,7 @@ func newLimitSet(limits []Limit) (limitSet, error) {
 // compileSet is newLimitSet for the limits of a tenant's tree: levels[i]
 // is the index of the identity limit i counts (nil: all 0).
 func compileSet(limits []Limit, levels []int) (limitSet, error) {
-	s := limitSet{limits: limits, minQuota: MaxQuota, levels: levels}
+	s := limitSet{limits: limits, minQuota: math.MaxInt, levels: levels}
 	if len(limits) == 0 {
 		return s, fmt.Errorf("%w: no limit", ErrInvalidLimit)
 	}

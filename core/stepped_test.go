@@ -173,10 +173,10 @@ func steppedLog(t *testing.T, rdb redis.Cmdable, key string) (total int64, bucke
 	t.Helper()
 	raw, err := rdb.Get(t.Context(), key).Bytes()
 	// A header of 56 bytes, a staging of 8 fingerprints of 2, 128
-	// fingerprints and 128 request ids of 20, then 1,444 4-byte counts.
-	const ring = 56 + 8*2 + 128*2 + 128*20
-	if err != nil || len(raw) != ring+4*1444 {
-		t.Fatalf("GET %s = %d bytes, %v; want %d bytes of header and ids, then 1,444 4-byte counts", key, len(raw), err, ring)
+	// fingerprints and 128 request ids of 22, then 1,444 6-byte counts.
+	const ring = 56 + 8*2 + 128*2 + 128*22
+	if err != nil || len(raw) != ring+6*1444 {
+		t.Fatalf("GET %s = %d bytes, %v; want %d bytes of header and ids, then 1,444 6-byte counts", key, len(raw), err, ring)
 	}
 	double := func(i int) int64 { return int64(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))) }
 	o, n, total := double(0), double(1), double(2)
@@ -185,9 +185,10 @@ func steppedLog(t *testing.T, rdb redis.Cmdable, key string) (total int64, bucke
 		buckets++
 	}
 	for b := o; b < n && total > 0; b++ { // the ring's buckets: o..n-1
-		if c := binary.BigEndian.Uint32(raw[ring+4*(b%1444):]); c > 0 {
+		at := ring + 6*(b%1444)
+		if c := int64(binary.BigEndian.Uint16(raw[at:]))<<32 | int64(binary.BigEndian.Uint32(raw[at+2:])); c > 0 {
 			buckets++
-			sum += int64(c)
+			sum += c
 		}
 	}
 	if sum != total {

@@ -33,6 +33,8 @@ var limitCatalogue = []slidelimit.Limit{
 	slidelimit.Per(60, time.Minute).Stepped(time.Second),
 	slidelimit.Per(300, time.Hour).Stepped(time.Minute),
 	slidelimit.Per(600, time.Minute),
+	slidelimit.Per(5_000_000_000, 24*time.Hour),    // a budget of billions: 1-minute steps, counts past 32 bits
+	slidelimit.Per(slidelimit.MaxQuota, time.Hour), // the largest quota: 2.5 s steps
 }
 
 // inFlightCatalogue is what in-flight limits of per-call plans are made of.

@@ -98,9 +98,9 @@ const steppedIDHorizon = 128
 // steppedLogSize is a stepped log's length in bytes, fixed: "[0, HDR) a
 // header of seven little-endian doubles", a staging of STAGE fingerprints,
 // "IDS fingerprints of two bytes", IDS entries of ENTRY bytes, then "a
-// ring of RING big-endian 32-bit counts" (HDR 56, STAGE 8, IDS 128, ENTRY
-// 20, RING 1444), "Written whole once, so Redis never grows it".
-const steppedLogSize = 56 + 2*8 + steppedIDHorizon*(2+20) + 4*1444
+// ring of RING big-endian 48-bit counts" (HDR 56, STAGE 8, IDS 128, ENTRY
+// 22, RING 1444), "Written whole once, so Redis never grows it".
+const steppedLogSize = 56 + 2*8 + steppedIDHorizon*(2+22) + 6*1444
 
 // steppedLife is how long (ms) a stepped log of history w and step lives
 // from the write that renews it, and steppedRenews whether a write at now

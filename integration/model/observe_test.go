@@ -372,7 +372,7 @@ func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
 	if h, want := header(d), [7]int64{g.o, g.n, g.t, g.w, g.seq, g.e, p}; h != want {
 		return fmt.Sprintf("its header (o, n, t, W, seq, E, p) is %v, want %v", h, want)
 	}
-	const hdr, stage, entry, ring = 56, 8, 20, 1444
+	const hdr, stage, entry, ring = 56, 8, 22, 1444
 	fp0 := hdr + 2*stage
 	ids0 := fp0 + 2*steppedIDHorizon
 	// "the staging: the fingerprints (below) of the admissions since seq
@@ -393,7 +393,7 @@ func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
 		}
 		id := string(e[:8])
 		bk := int64(math.Float64frombits(binary.LittleEndian.Uint64(e[8:])))
-		units := int64(binary.LittleEndian.Uint32(e[16:]))
+		units := int64(binary.LittleEndian.Uint32(e[16:])) | int64(binary.LittleEndian.Uint16(e[20:]))<<32 // 48 bits
 		switch {
 		case sl.id == "":
 			if strings.Trim(string(e), "\x00") != "" {
@@ -410,7 +410,7 @@ func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
 		ring0 := ids0 + entry*steppedIDHorizon
 		for bk := g.o; bk < g.n; bk++ {
 			slot := int(bk % ring)
-			if got, want := int64(binary.BigEndian.Uint32(d[ring0+4*slot:])), g.buckets[bk]; got != want {
+			if got, want := int64(binary.BigEndian.Uint16(d[ring0+6*slot:]))<<32|int64(binary.BigEndian.Uint32(d[ring0+6*slot+2:])), g.buckets[bk]; got != want { // 48 bits
 				return fmt.Sprintf("its ring slot %d (bucket %d) counts %d, want %d", slot, bk, got, want)
 			}
 		}

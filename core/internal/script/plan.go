@@ -41,8 +41,8 @@ type Part struct {
 const InFlightStep = -1
 
 // shortShift is where a short reply's reset starts (decide.lua): its
-// remaining units are the bits below, so a Limit's quota stays below
-// 2^shortShift (MaxQuota is 1,000,000).
+// remaining units are the bits below, so only a decision leaving fewer
+// than 2^shortShift units gets the short reply, any other the array.
 const shortShift = 20
 
 // Plan is a list of limits compiled into the allow script's parts: one key

@@ -824,7 +824,7 @@ func TestAShortReplyIsDecodedOnlyForOneLimit(t *testing.T) {
 // them where stepped.lua says: the newest bucket's count in the header's
 // p, the other buckets of o..n in their slots.
 func TestTheNewestBucketCountsInTheHeader(t *testing.T) {
-	const step, ring, ring0 = int64(1_000_000), 1444, 56 + 8*2 + 128*2 + 128*20
+	const step, ring, ring0 = int64(1_000_000), 1444, 56 + 8*2 + 128*2 + 128*22
 	limits := []Limit{stepped(20, 4*time.Second, time.Second), stepped(9, 2*time.Second, time.Second)}
 	p := NewPlan(limits)
 	h := newHarness(t)
@@ -880,7 +880,8 @@ func TestTheNewestBucketCountsInTheHeader(t *testing.T) {
 			t.Fatalf("%s: header n b0%+d, t %d, p %d; want n b0%+d, t %d, p %d", what, n-b0, tt, pn, newest-b0, total(), buckets[newest])
 		}
 		for b := o; b < n && tt > 0; b++ {
-			if got := int64(binary.BigEndian.Uint32(raw[ring0+4*(b%ring):])); got != buckets[b] {
+			at := ring0 + 6*(b%ring) // 48-bit counts
+			if got := int64(binary.BigEndian.Uint16(raw[at:]))<<32 | int64(binary.BigEndian.Uint32(raw[at+2:])); got != buckets[b] {
 				t.Fatalf("%s: bucket b0%+d's slot holds %d, want %d (o b0%+d, n b0%+d, buckets %v)", what, b-b0, got, buckets[b], o-b0, n-b0, buckets)
 			}
 		}

@@ -147,22 +147,22 @@ for i, key in ipairs(KEYS) do
     local had = 0
     if e then
       local at = IDS0 + ENTRY * e
-      local b, c = struct.unpack('<dI4', ids, ENTRY * e + 9)
+      local b, c = struct.unpack('<dI6', ids, ENTRY * e + 9)
       had = c
       local kept = t > 0 and b >= o and b <= n
       if new and new ~= c and kept then
         -- Bucket b's count: its slot's, or the header's p for the newest.
-        local slot = '#' .. (RING0 / 4 + b % RING)
+        local slot = '#' .. (RING0 / 6 + b % RING)
         local delta = new - c
         if b == n then
           delta = math.max(delta, -p)
           p = p + delta
         else
           if delta < 0 then
-            delta = -math.min(call('BITFIELD', key, 'GET', 'u32', slot)[1], -delta)
+            delta = -math.min(call('BITFIELD', key, 'GET', 'u48', slot)[1], -delta)
           end
           if delta ~= 0 then
-            call('BITFIELD', key, 'INCRBY', 'u32', slot, delta)
+            call('BITFIELD', key, 'INCRBY', 'u48', slot, delta)
           end
         end
         if delta ~= 0 then
@@ -173,7 +173,7 @@ for i, key in ipairs(KEYS) do
       if new == 0 then
         call('SETRANGE', key, at, string.rep('\0', ENTRY))
       elseif new then
-        call('SETRANGE', key, at + 16, struct.pack('<I4', new))
+        call('SETRANGE', key, at + 16, struct.pack('<I6', new))
       end
       local by = math.ceil(shift / step)
       local now_cost = new or c
@@ -186,21 +186,21 @@ for i, key in ipairs(KEYS) do
       if d > b then
         -- The units move from bucket b to d, each count its slot's or, the
         -- newest's, p.
-        local from = '#' .. (RING0 / 4 + b % RING)
+        local from = '#' .. (RING0 / 6 + b % RING)
         local moved
         if b == n then
           moved = math.min(p, now_cost)
         else
-          moved = math.min(call('BITFIELD', key, 'GET', 'u32', from)[1], now_cost)
+          moved = math.min(call('BITFIELD', key, 'GET', 'u48', from)[1], now_cost)
         end
         if moved > 0 then
           if b == n then
             p = p - moved
           else
-            call('BITFIELD', key, 'INCRBY', 'u32', from, -moved)
+            call('BITFIELD', key, 'INCRBY', 'u48', from, -moved)
           end
           if d < n then
-            call('BITFIELD', key, 'INCRBY', 'u32', '#' .. (RING0 / 4 + d % RING), moved)
+            call('BITFIELD', key, 'INCRBY', 'u48', '#' .. (RING0 / 6 + d % RING), moved)
           elseif d == n then
             p = p + moved
           else

@@ -32,12 +32,12 @@
 --   [IDS0, RING0)    the request ids of the last IDS admissions, in the
 --                    order they came, entry seq % IDS holding the seq-th:
 --                    the 8-byte id, the bucket as a little-endian double
---                    and the units as a little-endian 32-bit integer. A
+--                    and the units as a little-endian 48-bit integer. A
 --                    retried call is found here, and a refund finds its
 --                    bucket. A refunded entry is zeroed (its fingerprint
 --                    stays: a fingerprint only sends a search here).
---   [RING0, SIZE)    a ring of RING big-endian 32-bit counts, as BITFIELD
---                    keeps them: bucket b in slot b % RING, for b in
+--   [RING0, SIZE)    a ring of RING big-endian 48-bit counts (up to 2^48,
+--                    past any quota), as BITFIELD keeps them: bucket b in slot b % RING, for b in
 --                    o..n-1. The newest bucket counts in the header (p),
 --                    so that an admission to it, the commonest, writes no
 --                    slot. When a later bucket becomes the newest, n's
@@ -47,11 +47,11 @@
 --                    leaves the slots it frees as they are.
 -- RING exceeds the most steps a window may span (1,440) by the two buckets
 -- a window straddles, and slack.
-local HDR, STAGE, IDS, ENTRY, RING = 56, 8, 128, 20, 1444
+local HDR, STAGE, IDS, ENTRY, RING = 56, 8, 128, 22, 1444
 local FP0 = HDR + 2 * STAGE
 local IDS0 = FP0 + 2 * IDS
 local RING0 = IDS0 + IDS * ENTRY
-local SIZE = RING0 + 4 * RING
+local SIZE = RING0 + 6 * RING
 -- HDR - 1, IDS0 and IDS0 - 1, not formatted at every call (STAGE divides
 -- IDS, so a staging's places are a run of entries)
 local HDR_LAST, IDS0_S, IDS0_LAST = '55', '328', '327'
@@ -78,10 +78,10 @@ local function ring_read(key, a, b, p)
     parts = {sa, RING - 1, 0, sb}
   end
   for i = 1, #parts, 2 do
-    local s = call('GETRANGE', key, string.format('%d', RING0 + 4 * parts[i]), string.format('%d', RING0 + 4 * parts[i + 1] + 3))
-    local got = math.floor(#s / 4)
+    local s = call('GETRANGE', key, string.format('%d', RING0 + 6 * parts[i]), string.format('%d', RING0 + 6 * parts[i + 1] + 5))
+    local got = math.floor(#s / 6)
     if got > 0 then
-      local v = {struct.unpack('>' .. string.rep('I4', got), s)}
+      local v = {struct.unpack('>' .. string.rep('I6', got), s)}
       for j = 1, got do
         out[#out + 1] = v[j]
       end
@@ -99,19 +99,19 @@ end
 -- ring_open writes p, the count of bucket n, to its slot and zeroes the
 -- slots of n+1..b-1, as bucket b (b > n) becomes the newest.
 local function ring_open(key, n, p, b)
-  local count = '\0\0\0\1' -- the commonest, a constant
+  local count = '\0\0\0\0\0\1' -- the commonest, a constant
   if p ~= 1 then
-    count = struct.pack('>I4', p)
+    count = struct.pack('>I6', p)
   end
   local sa, len = n % RING, math.min(b - n, RING) -- slots of n..b-1
   if sa + len <= RING then
     if len > 1 then
-      count = count .. string.rep('\0', 4 * (len - 1))
+      count = count .. string.rep('\0', 6 * (len - 1))
     end
-    call('SETRANGE', key, string.format('%d', RING0 + 4 * sa), count)
+    call('SETRANGE', key, string.format('%d', RING0 + 6 * sa), count)
   else
-    call('SETRANGE', key, string.format('%d', RING0 + 4 * sa), count .. string.rep('\0', 4 * (RING - sa - 1)))
-    call('SETRANGE', key, string.format('%d', RING0), string.rep('\0', 4 * (len - RING + sa)))
+    call('SETRANGE', key, string.format('%d', RING0 + 6 * sa), count .. string.rep('\0', 6 * (RING - sa - 1)))
+    call('SETRANGE', key, string.format('%d', RING0), string.rep('\0', 6 * (len - RING + sa)))
   end
 end
 
@@ -282,7 +282,7 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
         p = p + cost
       end
       t = t + cost
-      call('SETRANGE', key, string.format('%d', IDS0 + ENTRY * k), struct.pack('<c0dI4', id, bk, cost))
+      call('SETRANGE', key, string.format('%d', IDS0 + ENTRY * k), struct.pack('<c0dI6', id, bk, cost))
       seq = seq + 1
     end
     if grow or e * 1000 - now < w + step then
