@@ -81,8 +81,10 @@ type Limit struct {
 	// its place by itself. A request takes one place whatever its cost. Its
 	// lease is the longest Window of its enforced in-flight limits (of its
 	// shadow ones if it has none), so that a shadow limit never holds a
-	// place an enforced one would free. See InFlight; an in-flight limit
-	// has no Step.
+	// place an enforced one would free. A denial's RetryAfter is when a
+	// place is expected to free, from the holds the identity's releases
+	// showed (the earliest lease's end until one did). See InFlight; an
+	// in-flight limit has no Step.
 	InFlight bool
 	// Shadow makes the limit a shadow: it is counted and reported like the
 	// others (Result.Statuses; Observation.ShadowDenied lists it when it

@@ -198,16 +198,16 @@ func steppedTTLBound(longest, step time.Duration) time.Duration {
 	return 2*longest + step + ttlSlack
 }
 
-// inflightBound is the most leases an in-flight log may hold when the
+// inflightBound is the most members an in-flight log may hold when the
 // largest in-flight quota enforced on it is quota: each admission reads
-// (and evicts) first, so it holds at most the quota and the lease just
-// taken. A shadow in-flight limit "never denies": its leases are bounded
-// by nothing but the requests a lease's window sees.
+// (and evicts) first, so it holds at most the quota's leases, and its
+// estimate of a hold. A shadow in-flight limit "never denies": its leases
+// are bounded by nothing but the requests a lease's window sees.
 func inflightBound(quota int, shadow bool) int64 {
 	if shadow {
 		return 1 << 20
 	}
-	return int64(quota)
+	return int64(quota) + 1
 }
 
 // inflightTTLBound is the longest time to live of an in-flight log whose
@@ -222,3 +222,37 @@ func blockTTLBound(block time.Duration) time.Duration {
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// inflightHoldEstimate is an in-flight log's estimate of a hold after a
+// release of a lease still held, h µs after its start (its end less its
+// lease): "Each release's hold h (settle.lua) moves them an eighth of the
+// way: H = floor((7H + h) / 8) and D = floor((7D + |h - H|) / 8), H before
+// the move; the first makes H h and D 0."
+func inflightHoldEstimate(est bool, hold, d, h int64) (int64, int64, bool) {
+	if !est {
+		return h, 0, true
+	}
+	dev := h - hold
+	if dev < 0 {
+		dev = -dev
+	}
+	return (7*hold + h) / 8, (7*d + dev) / 8, true
+}
+
+// inflightRetry is an in-flight limit's RetryAfter once its log holds an
+// estimate of a hold (hold, d), from retry, the µs until the earliest
+// lease ends, and f, from that lease's start and the hold to now: "f if it
+// is still ahead, but no more than g (another holder may free first); if
+// f has passed (the holder is late) but not by D, half of what is left of
+// D, and of g; later still, half of g; each at least a millisecond", g =
+// H / quota, and never past the earliest lease's end.
+func inflightRetry(retry, f, hold, d, quota int64) int64 {
+	g := hold / quota
+	switch {
+	case f > 0:
+		return min(retry, f, max(g, 1000))
+	case f+d > 0:
+		return min(retry, max(floorDiv(min(f+d, g), 2), 1000))
+	}
+	return min(retry, max(g/2, 1000))
+}

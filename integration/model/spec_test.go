@@ -666,7 +666,11 @@ func outcomeOf(next *state, x *xlog, c call, parts []part, counts []int, admit, 
 			case p.step > 0:
 				r.st[i] = next.s[p.step].stat(c, l, int64(counts[i]), admit, allowed)
 			default:
-				r.st[i] = next.f.stat(c, l, admit, allowed)
+				var part []slidelimit.Limit
+				for _, k := range p.idx {
+					part = append(part, c.limits[k])
+				}
+				r.st[i] = next.f.stat(c, l, leaseOf(part).Microseconds(), admit, allowed)
 			}
 		}
 	}
@@ -956,9 +960,9 @@ const (
 	leaseRenew
 )
 
-// refundAct is a refund of id admitted at cost: Settle(ctx, r, 0).
-func refundAct(id string, cost int) settleAct {
-	return settleAct{id: id, lo: cost, old: cost, units: 0, lease: leaseRelease}
+// refundAct is a refund of id admitted at cost: Settle(ctx, r, 0), at now.
+func refundAct(id string, cost int, now int64) settleAct {
+	return settleAct{id: id, lo: cost, old: cost, units: 0, lease: leaseRelease, now: now}
 }
 
 // settle applies a to the logs of steps, and returns the states it
@@ -1115,6 +1119,7 @@ type lease struct {
 	anon bool
 	req  string
 	end  int64
+	d    int64 // the lease it took, µs
 }
 
 // flog is one state of an identity's in-flight log (inflight.lua): "a
@@ -1123,6 +1128,10 @@ type lease struct {
 type flog struct {
 	leases []lease // in the order taken
 	exp    expiry
+	// est: the log holds its estimate of a hold, "#h<H>:<D>": H and D (µs)
+	// as inflight.lua moves them at each release of a lease still held.
+	est     bool
+	hold, d int64
 }
 
 func (f *flog) clone() *flog {
@@ -1160,7 +1169,7 @@ func (f *flog) holds(id string, now int64) bool {
 // in-flight limits (of its shadow ones if it has none)" (leaseOf). The log lives as long as its longest lease: a lease no
 // longer than one held leaves the log's life as it was.
 func (f *flog) admit(c call, d int64) {
-	f.leases = append(slices.Clone(f.leases), lease{id: c.id, anon: c.anon, req: c.req, end: c.now + d})
+	f.leases = append(slices.Clone(f.leases), lease{id: c.id, anon: c.anon, req: c.req, end: c.now + d, d: d})
 	f.lives(expiryOf(c.ra, c.rb, inflightLife(d)))
 }
 
@@ -1178,6 +1187,9 @@ func (f *flog) settle(a settleAct) int {
 	f.leases = slices.Clone(f.leases)
 	switch {
 	case a.lease == leaseRelease:
+		if l := f.leases[i]; l.end > a.now {
+			f.held1(min(max(a.now-(l.end-l.d), 0), l.d))
+		}
 		f.leases = slices.Delete(f.leases, i, i+1)
 		f.emptied()
 		return 1
@@ -1191,9 +1203,16 @@ func (f *flog) settle(a settleAct) int {
 	return 1
 }
 
-// emptied forgets the life of a log left with no lease: Redis deleted it.
+// held1 moves the estimate of a hold by a release's hold of h µs
+// (inflightHoldEstimate).
+func (f *flog) held1(h int64) {
+	f.hold, f.d, f.est = inflightHoldEstimate(f.est, f.hold, f.d, h)
+}
+
+// emptied forgets the life of a log left with no lease and no estimate:
+// Redis deleted it.
 func (f *flog) emptied() {
-	if len(f.leases) == 0 {
+	if len(f.leases) == 0 && !f.est {
 		f.exp = expiry{}
 	}
 }
@@ -1201,7 +1220,7 @@ func (f *flog) emptied() {
 // stat is an in-flight limit's answer after the decision: places left,
 // µs until the first lease ends if it alone denies, µs until the last
 // ends.
-func (f *flog) stat(c call, l slidelimit.Limit, admit, allowed bool) stat {
+func (f *flog) stat(c call, l slidelimit.Limit, lease int64, admit, allowed bool) stat {
 	n := f.held(c.now) // with a lease held, every lease that ended is gone
 	held := n
 	if admit {
@@ -1209,11 +1228,16 @@ func (f *flog) stat(c call, l slidelimit.Limit, admit, allowed bool) stat {
 	}
 	s := stat{remaining: max(l.Quota-n, 0)}
 	if held+1 > l.Quota && (l.Shadow || !allowed) {
-		first := f.leases[0].end
+		first := int64(-1)
 		for _, x := range f.leases {
-			first = min(first, x.end)
+			if x.end > c.now && (first < 0 || x.end < first) {
+				first = x.end
+			}
 		}
 		s.retry = max(first-c.now, 0)
+		if f.est {
+			s.retry = inflightRetry(s.retry, first-lease+f.hold-c.now, f.hold, f.d, int64(l.Quota))
+		}
 	}
 	if n > 0 {
 		last := f.leases[0].end
@@ -1383,7 +1407,7 @@ func admitThenRefund(s *state, c call) []*state {
 			out = append(out, o.next)
 			continue
 		}
-		next, _ := o.next.settle(refundAct(c.id, c.cost), stepsOf(c.limits))
+		next, _ := o.next.settle(refundAct(c.id, c.cost, c.now), stepsOf(c.limits))
 		out = append(out, next...)
 	}
 	return out

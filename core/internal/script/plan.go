@@ -56,6 +56,10 @@ type Plan struct {
 	// short is the window of the plan's one limit, which a short reply
 	// (Reply) implies; 0 for a plan of several limits or an in-flight one.
 	short int64
+	// leases[i] is the lease a request takes in part i if it is an
+	// in-flight part (inflight.lua): the longest window of its enforced
+	// limits, of its shadow ones if it has none.
+	leases []int64
 }
 
 // NewPlan compiles limits. The limits of one identity and one kind of log
@@ -103,6 +107,18 @@ func NewPlan(limits []Limit) *Plan {
 			n = -n
 		}
 		p.spec = append(p.spec, part.Step, n)
+		var lease, shadow int64
+		for _, i := range idx {
+			if limits[i].Shadow {
+				shadow = max(shadow, limits[i].Window)
+			} else {
+				lease = max(lease, limits[i].Window)
+			}
+		}
+		if lease == 0 {
+			lease = shadow
+		}
+		p.leases = append(p.leases, lease)
 		for _, i := range idx {
 			q := limits[i].Quota
 			if limits[i].Shadow {
@@ -207,10 +223,13 @@ func (p *Plan) SettleArgs(id string, lo, hi, cost int, lease, clock string, shif
 		recorded = strconv.Itoa(lo) + ":" + strconv.Itoa(hi)
 	}
 	args = append(args, id, recorded, to, lease, clock, shift)
-	for _, part := range p.parts {
+	for i, part := range p.parts {
 		step := strconv.FormatInt(part.Step, 10)
-		if part.Requests {
+		switch {
+		case part.Requests:
 			step += "r"
+		case part.Step == InFlightStep:
+			step += ":" + strconv.FormatInt(p.leases[i], 10) // the lease it took
 		}
 		args = append(args, step)
 	}

@@ -21,4 +21,4 @@ local call = redis.call
 -- define: an allow script made for plans of one kind of log leaves the
 -- others' files out, and their functions stay nil, never called.
 local exact, stepped, stepped_find, stepped_ids
-local inflight_read, inflight_finish
+local inflight_read, inflight_finish, inflight_held

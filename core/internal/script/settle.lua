@@ -13,8 +13,8 @@
 -- ARGV[3]      the cost to settle to, or "" to leave it.
 -- ARGV[4]      its leases: "" to leave them, "0" to release them, else the
 --              µs to renew them for, from now.
--- ARGV[5]      now in µs, or "" for Redis TIME (for a renewal, and for
---              the life of a log whose units move later).
+-- ARGV[5]      now in µs, or "" for Redis TIME (for a renewal, a release,
+--              and the life of a log whose units move later).
 -- ARGV[6]      µs to move the request's units later by, or "" (or 0) to
 --              leave them: for a request that reached its destination that
 --              long after its admission, so that the logs count it when its
@@ -23,7 +23,14 @@
 --              or TIME).
 -- ARGV[6+i]    KEYS[i]'s step: 0 for an exact log, above 0 for a stepped
 --              log, -1 for an in-flight log; followed by "r" for a log that
---              counts requests, one each, rather than their cost.
+--              counts requests, one each, rather than their cost, and for
+--              an in-flight log by ":" and the lease its request took, in
+--              µs.
+--
+-- A release of a lease still held tells the in-flight log how long it was
+-- held: now less its start, the lease's end less the lease (its last
+-- renewal, if renewed), which goes into the log's estimate of a hold
+-- (inflight.lua).
 --
 -- A settle lands on the cost it names, whatever the log held of lo to hi.
 -- A settle to fewer units gives the rest back; to more, it records the
@@ -73,6 +80,11 @@ for i, key in ipairs(KEYS) do
     if new ~= 0 then
       new = nil
     end
+  end
+  local taken = false -- an in-flight part's lease
+  if string.byte(spec, 1) == 45 then -- "-1:<lease>"
+    spec, taken = string.match(spec, '^(%-1):(%d+)$')
+    taken = tonumber(taken)
   end
   local step = tonumber(spec)
   if step == 0 then
@@ -232,6 +244,10 @@ for i, key in ipairs(KEYS) do
     if held then
       leases = leases + 1
       if lease == '0' then
+        now = now or clock()
+        if taken and tonumber(held) > now then
+          inflight_held(key, math.min(math.max(now - tonumber(held) + taken, 0), taken))
+        end
         call('ZREM', key, id)
       elseif lease ~= '' then
         local until_us = now + tonumber(lease)
