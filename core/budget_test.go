@@ -551,3 +551,42 @@ func TestQuotasOfBillionsAdmitAndSettle(t *testing.T) {
 		}
 	})
 }
+
+// TestASettlePastAStepsHorizonIsAnError: a stepped log keeps the ids of
+// its last 128 admissions; a Settle or Refund of an older request whose
+// units still count is ErrPastHorizon, never a silent nil, while its exact
+// limit takes the correction. One within the horizon settles as ever.
+func TestASettlePastAStepsHorizonIsAnError(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		stepped := slidelimit.PerMinute(100_000)
+		lim, _ := newLimiter(t, rdb, stepped, slidelimit.WithLimits(slidelimit.PerMinute(1000).Named("exact")), slidelimit.WithDenyCache(0))
+		ctx := t.Context()
+		old := allowNOK(t, lim, "org", 10)
+		var recent slidelimit.Result
+		for i := range 128 {
+			recent = allowNOK(t, lim, "org", 1)
+			if i == 0 {
+				// The 129th newest, once 128 more have come.
+				if err := lim.Settle(ctx, old, 10); err != nil {
+					t.Fatalf("Settle within the horizon = %v", err)
+				}
+			}
+		}
+		err := lim.Settle(ctx, old, 2)
+		if !errors.Is(err, slidelimit.ErrPastHorizon) {
+			t.Fatalf("Settle of the 129th newest admission = %v, want ErrPastHorizon", err)
+		}
+		if got := peekRemaining(t, lim, "org"); got[0] != 100_000-138 || got[1] != 1000-130 {
+			t.Errorf("after it, Remaining = %v, want the stepped limit at %d (it kept 10) and the exact one at %d (it took 2)", got, 100_000-138, 1000-130)
+		}
+		if err := lim.Refund(ctx, old); !errors.Is(err, slidelimit.ErrPastHorizon) {
+			t.Errorf("Refund of it = %v, want ErrPastHorizon", err)
+		}
+		if err := lim.Refund(ctx, old); err != nil {
+			t.Errorf("a second Refund = %v, want nil: it was refunded where it could be", err)
+		}
+		if err := lim.Settle(ctx, recent, 5); err != nil {
+			t.Errorf("Settle of the newest = %v, want nil", err)
+		}
+	})
+}

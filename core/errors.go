@@ -26,6 +26,13 @@ var (
 	// ErrLeaseEnded means Renew found a request's place in flight gone:
 	// its lease ended before it was renewed.
 	ErrLeaseEnded = errors.New("slidelimit: lease ended")
+	// ErrPastHorizon means Settle, Refund or Shift came after a stepped
+	// limit had forgotten the request while its units still count: a
+	// stepped log keeps the ids of the identity's last 128 admissions at
+	// its step, and this one is older. Its other limits took the
+	// correction; that one still counts the request as admitted. Exact
+	// limits know a request as long as it counts.
+	ErrPastHorizon = errors.New("slidelimit: request past its stepped limit's horizon")
 	// ErrCircuitOpen means the limiter did not ask Redis because its circuit
 	// breaker is open after repeated failures (see WithBreaker). Errors that
 	// wrap it also wrap ErrUnavailable.

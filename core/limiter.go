@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,9 @@ type Limiter struct {
 	rt     *roundtrip.Caller // the round trips to Redis, and the breaker
 	local  *localLimits      // FailLocal's log; nil under other policies
 	outage outage
+	// pastHorizon counts the settlements that came after a stepped limit
+	// forgot their request (ErrPastHorizon).
+	pastHorizon atomic.Int64
 }
 
 // New returns a Limiter that enforces limit, and any limits added by
@@ -217,7 +221,7 @@ func (l *Limiter) decide(ctx context.Context, who string, stems, names []string,
 	case err != nil:
 		res, err = l.fallback(stems, names, n, id, set, err)
 	case res.Allowed && id != "":
-		res.d.admitted = admission{from: l, who: who, id: id, set: set, keys: keys}
+		res.d.admitted = admission{from: l, who: who, id: id, set: set, keys: keys, at: l.clockNow(time.Now())}
 		res.d.admitted.cost.Store(int64(n))
 		res.d.admitted.lo.Store(int64(n))
 		res.d.admitted.hi.Store(int64(n))

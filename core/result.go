@@ -125,4 +125,5 @@ type admission struct {
 	lo, hi atomic.Int64
 	set    *limitSet // the limits that admitted it
 	keys   []string  // the keys it was decided on
+	at     time.Time // when it was decided, on the limiter's clock (clockNow)
 }

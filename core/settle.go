@@ -36,14 +36,16 @@ import (
 // settled keeps its estimate, which it was admitted for; its places in
 // flight end with their lease.
 // Settling a Result that was not admitted, or was a Fallback, does
-// nothing; nor does a request the window has let go, or, for a stepped
-// limit, one older than the identity's last 128 admissions at its step.
+// nothing; nor does a request the window has let go. A stepped limit finds
+// the request among the identity's last 128 admissions at its step: the
+// settle of an older one that still counts there returns ErrPastHorizon
+// (its other limits take it), never a silent nil.
 // The name follows golang.org/x/time/rate, whose Reservation is admitted
 // ahead of its use: here the Result of AllowN is the reservation, and
 // Settle its correction. Settle(ctx, r, 0) is Refund.
 //
-// actual must be at least 0. Errors wrap ErrUnavailable or
-// ErrInvalidCost.
+// actual must be at least 0. Errors wrap ErrUnavailable, ErrInvalidCost or
+// ErrPastHorizon.
 func (l *Limiter) Settle(ctx context.Context, r Result, actual int) error {
 	if actual < 0 {
 		return fmt.Errorf("%w: settled cost %d is below 0", ErrInvalidCost, actual)
@@ -58,11 +60,12 @@ func (l *Limiter) Settle(ctx context.Context, r Result, actual int) error {
 // Result that was not admitted or was a Fallback, does nothing; a retry of
 // a refunded request's id is a new request. A stepped limit (see
 // Limit.Step) finds the request among the identity's last 128 admissions
-// at its step; an older one is not refunded there. The Result knows the
+// at its step; an older one that still counts there is not refunded there,
+// and Refund returns ErrPastHorizon. The Result knows the
 // limiter that recorded it, and so its keys: it is refunded where it was
 // recorded even if l is another limiter on the same client, within l's
 // own timeout (WithTimeout), as are Settle, Release, Renew and Shift.
-// Errors wrap ErrUnavailable.
+// Errors wrap ErrUnavailable or ErrPastHorizon.
 func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	return l.settle(ctx, r, 0, script.LeaseRelease, 0, "refund")
 }
@@ -101,7 +104,7 @@ func (l *Limiter) Renew(ctx context.Context, r Result) error {
 // request whose response comes late to when it came. An exact limit moves it
 // exactly; a stepped one by whole steps, rounded up, to no later than the
 // step after the one Shift is called in. d of zero or less, or a Result
-// not admitted, does nothing. Errors wrap ErrUnavailable.
+// not admitted, does nothing. Errors wrap ErrUnavailable or ErrPastHorizon.
 func (l *Limiter) Shift(ctx context.Context, r Result, d time.Duration) error {
 	if d <= 0 {
 		return nil
@@ -138,13 +141,13 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 	// One call, whatever the correction: no log's work grows with it.
 	lo, hi := int(a.lo.Load()), int(a.hi.Load())
 	args := a.set.plan.SettleArgs(a.id, lo, hi, cost, lease, from.now(), shift)
-	var leases int
+	var leases, missed int
 	// On the client that recorded it, within this limiter's own timeout:
 	// the call is l's, whatever limiter admitted the request.
 	err := from.rt.RunFor(ctx, l.cfg.timeout, func(ctx context.Context) error {
 		reply, err := script.Settle.Run(ctx, from.client, a.keys, args...).Int64Slice()
 		if err == nil {
-			_, leases, err = script.Settled(reply)
+			_, leases, missed, err = script.Settled(reply)
 		}
 		return err
 	})
@@ -164,6 +167,15 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 	}
 	if what == "renew" && leases == 0 {
 		return ErrLeaseEnded
+	}
+	if missed > 0 && (cost >= 0 || shift > 0) && recorded > 0 && from.clockNow(time.Now()).Before(a.at.Add(a.set.steppedSpan)) {
+		// A stepped log wrote over the request's id while its units still
+		// count: never a silent nil.
+		if n := from.pastHorizon.Add(1); n&(n-1) == 0 && from.outage.log != nil {
+			from.outage.log.WarnContext(ctx, "slidelimit: a settlement came after a stepped limit forgot its request (it keeps the last 128 admissions' ids)",
+				"op", what, "times", n)
+		}
+		return fmt.Errorf("%w: %s of a request older than the last 128 admissions of a stepped limit's log", ErrPastHorizon, what)
 	}
 	return nil
 }

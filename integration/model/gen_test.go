@@ -160,6 +160,7 @@ func opKinds(e *env) []opKind {
 		{"edge", 6, genEdge},
 		{"knock", 4, genKnock},
 		{"horizon", 3, genHorizon},
+		{"holds", 3, genHolds},
 	}
 	if e.private {
 		kinds = append(kinds, opKind{"kill", 1, func(*rapid.T, *harness) op { return killOp{} }},
@@ -593,4 +594,17 @@ func genHorizon(t *rapid.T, h *harness) op {
 	ks := []int{steppedIDHorizon - 8, steppedIDHorizon - 4, steppedIDHorizon - 1, steppedIDHorizon, steppedIDHorizon + 1}
 	return horizonOp{Lim: c.Lim, Who: c.Who, Limit: l, N: n, Req: c.Req,
 		K: rapid.SampledFrom(ks).Draw(t, "k-th newest"), Then: rapid.SampledFrom([]string{"retry", "refund", "settle"}).Draw(t, "then")}
+}
+
+// genHolds draws a probe of the in-flight log's estimate of a hold: two
+// to four requests under an in-flight limit, each released a tenth to half
+// its lease after its admission, then a burst one past its quota.
+func genHolds(t *rapid.T, h *harness) op {
+	c := genCall(t, h, "")
+	l := rapid.SampledFrom(inFlightCatalogue).Draw(t, "holds limit")
+	holds := make([]time.Duration, 2+uniform(t, 3, "holds"))
+	for i := range holds {
+		holds[i] = l.Window / time.Duration(2+uniform(t, 9, "hold"))
+	}
+	return holdsOp{Lim: c.Lim, Who: c.Who, Limit: l, Holds: holds, Req: c.Req}
 }

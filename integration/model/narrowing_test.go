@@ -256,3 +256,19 @@ func inflightRetry(retry, f, hold, d, quota int64) int64 {
 	}
 	return min(retry, max(g/2, 1000))
 }
+
+// pastHorizon reports whether a settlement of id finds a stepped log of
+// steps that may have forgotten it in s: settle.lua counts a part "that
+// did not find id among the ids they keep while they wrote over ids to
+// keep the last ones and still count units", and Settle, Refund and Shift
+// then return ErrPastHorizon ("a stepped log keeps the ids of the
+// identity's last 128 admissions at its step, and this one is older")
+// while the request still counts and was recorded at more than 0 units.
+func pastHorizon(s *state, steps []int64, id string) bool {
+	for _, step := range steps {
+		if g := s.s[step]; step > 0 && g != nil && g.exists && g.seq > steppedIDHorizon && g.t > 0 && !g.holds(id) {
+			return true
+		}
+	}
+	return false
+}

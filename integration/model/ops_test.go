@@ -796,6 +796,7 @@ func (o settleOp) run(h *harness) {
 	now := h.clock.freeze()
 	defer h.clock.unfreeze()
 	lo, hi := rec.bounds() // what the client sends as the request's units
+	recordedCost := rec.cost()
 	var until time.Time
 	if o.Pause > 0 && h.up {
 		until = h.env.pause(o.Pause)
@@ -851,7 +852,7 @@ func (o settleOp) run(h *harness) {
 	case "shift":
 		act.shift = o.D.Microseconds()
 	}
-	if err != nil && (o.Kind != "renew" || !errors.Is(err, slidelimit.ErrLeaseEnded)) {
+	if err != nil && (o.Kind != "renew" || !errors.Is(err, slidelimit.ErrLeaseEnded)) && !errors.Is(err, slidelimit.ErrPastHorizon) {
 		if !isUnavailable(err) {
 			h.fail(kindDecision, "%s: %s = %v, want nil or an error wrapping ErrUnavailable", o, o.Kind, err)
 		}
@@ -861,7 +862,7 @@ func (o settleOp) run(h *harness) {
 		}
 		if recorded && h.up {
 			for _, g := range groupsOf(cl) {
-				h.identity(g.name).maybe(func(s *state) []*state { return h.settleIn(s, g, cl, act, a, b, -1) })
+				h.identity(g.name).maybe(func(s *state) []*state { return h.settleIn(s, g, cl, act, a, b, -1, -1) })
 			}
 		}
 		return
@@ -885,11 +886,33 @@ func (o settleOp) run(h *harness) {
 				ended = 0
 			}
 		}
+		// ErrPastHorizon: a stepped part had forgotten the request while
+		// it still counted (pastHorizonMay).
+		past := errors.Is(err, slidelimit.ErrPastHorizon)
+		may := (o.Kind == "settle" || o.Kind == "refund" || o.Kind == "shift" && act.shift > 0) &&
+			recordedCost > 0 && now < rec.now+steppedSpan(limits).Microseconds()
+		if past && !may {
+			h.fail(kindDecision, "%s: %s = %v, which the request, decided at %dµs at %d units, cannot give", o, o.Kind, err, rec.now, recordedCost)
+			return
+		}
+		nstepped := 0
+		for _, g := range groupsOf(cl) {
+			if slices.ContainsFunc(g.parts, func(p part) bool { return p.step > 0 }) {
+				nstepped++
+			}
+		}
+		horizon := -1 // whether a stepped part may have forgotten it: either
+		switch {
+		case may && !past:
+			horizon = 0
+		case past && nstepped == 1:
+			horizon = 1
+		}
 		var lost []string
 		for _, g := range groupsOf(cl) {
 			im := h.identity(g.name)
 			before := len(im.states)
-			im.each(func(s *state) []*state { return h.settleIn(s, g, cl, act, a, b, ended) })
+			im.each(func(s *state) []*state { return h.settleIn(s, g, cl, act, a, b, ended, horizon) })
 			if before > 0 && len(im.states) == 0 && im.lost == "" {
 				lost = append(lost, g.name)
 			}
@@ -931,8 +954,9 @@ func (o settleOp) run(h *harness) {
 // settleIn returns the states a correction act of the request cl leaves in
 // s, whose logs group g holds, run between a and b; with ended 0 or 1,
 // only those where the request held (1) or did not hold (0) a place in
-// flight of g.
-func (h *harness) settleIn(s *state, g group, cl call, act settleAct, a, b time.Time, ended int) []*state {
+// flight of g; with horizon 0 or 1, only those where no stepped log of g
+// (0), or one (1), may have forgotten it (pastHorizon).
+func (h *harness) settleIn(s *state, g group, cl call, act settleAct, a, b time.Time, ended, horizon int) []*state {
 	steps := stepsOfParts(g.parts)
 	if strings.HasSuffix(g.name, "#req") {
 		act.lo, act.old = 1, 1 // settle.lua: "one unit a request, refunded only"
@@ -943,6 +967,9 @@ func (h *harness) settleIn(s *state, g group, cl call, act settleAct, a, b time.
 	hasLease := slices.Contains(steps, inflightStep)
 	var out []*state
 	for _, x := range expire(s, steps, a, b) {
+		if horizon >= 0 && pastHorizon(x, steps, act.id) != (horizon == 1) {
+			continue
+		}
 		next, leases := x.settle(act, steps)
 		if ended >= 0 && hasLease && (leases > 0) != (ended == 1) {
 			continue
@@ -1691,4 +1718,51 @@ func (o horizonOp) run(h *harness) {
 func stemKey(prefix, who string) string {
 	key, _ := slidelimit.Key(prefix, who, slidelimit.PerSecond(1))
 	return strings.TrimSuffix(key, ":#0")
+}
+
+// steppedSpan is how long a request of limits counts in its stepped
+// limits: their longest Window and Step (ErrPastHorizon's span).
+func steppedSpan(limits []slidelimit.Limit) time.Duration {
+	var span time.Duration
+	for _, l := range limits {
+		if step := l.Resolution(); step > 0 && !l.InFlight {
+			span = max(span, l.Window+step)
+		}
+	}
+	return span
+}
+
+// holdsOp admits a request with an id under Limit (an in-flight limit),
+// moves the clock by a hold and releases it, once per hold, then admits a
+// burst of one more than Limit's quota: the in-flight log learns the holds
+// ("#h<H>:<D>", inflightHoldEstimate) and the denial answers from them
+// (inflightRetry).
+type holdsOp struct {
+	Lim   int
+	Who   string
+	Limit slidelimit.Limit
+	Holds []time.Duration
+	Req   string
+}
+
+func (o holdsOp) String() string {
+	holds := make([]string, len(o.Holds))
+	for i, d := range o.Holds {
+		holds[i] = durString(d)
+	}
+	return fmt.Sprintf("holdsOp{Lim: %d, Who: %q, Limit: %s, Holds: []time.Duration{%s}, Req: %q}",
+		o.Lim, o.Who, limitString(o.Limit), strings.Join(holds, ", "), o.Req)
+}
+
+func (o holdsOp) run(h *harness) {
+	for i, d := range o.Holds {
+		req := fmt.Sprintf("%s.%d", o.Req, i)
+		allowOp{Lim: o.Lim, Who: o.Who, Cost: 1, Plan: plan{o.Limit}, Req: req, ID: true}.run(h)
+		advanceOp{D: d}.run(h)
+		settleOp{Of: req, Via: o.Lim, Kind: "release"}.run(h)
+		if h.failure != "" {
+			return
+		}
+	}
+	burstOp{Lim: o.Lim, Who: o.Who, Cost: 1, Plan: plan{o.Limit}, N: o.Limit.Quota + 1, Req: o.Req + ".b", ID: true}.run(h)
 }

@@ -237,10 +237,11 @@ func (p *Plan) SettleArgs(id string, lo, hi, cost int, lease, clock string, shif
 }
 
 // Settled reads the settle script's reply: the units the request's first
-// exact or stepped part held before, and how many leases it held.
-func Settled(reply []int64) (units, leases int, err error) {
-	if len(reply) != 2 {
-		return 0, 0, fmt.Errorf("settle script: unexpected reply %v", reply)
+// exact or stepped part held before, how many leases it held, and how many
+// stepped parts may have forgotten it (settle.lua).
+func Settled(reply []int64) (units, leases, missed int, err error) {
+	if len(reply) != 3 {
+		return 0, 0, 0, fmt.Errorf("settle script: unexpected reply %v", reply)
 	}
-	return int(reply[0]), int(reply[1]), nil
+	return int(reply[0]), int(reply[1]), int(reply[2]), nil
 }

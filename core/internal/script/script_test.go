@@ -100,7 +100,7 @@ func (h *harness) settle(p *Plan, recorded, cost int, id, lease string) int64 {
 	if err != nil {
 		h.t.Fatalf("settle(%x): %v", id, err)
 	}
-	units, _, err := Settled(reply)
+	units, _, _, err := Settled(reply)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -39,14 +39,16 @@
 -- refund: a retry of it is a new request. Its work does not grow with the
 -- correction.
 --
--- Returns {units, leases}: the units the first exact or stepped part held
--- for id before (0 when the request left it, was refunded or, in a stepped
--- log, is older than its last admissions kept), and how many leases of id
--- were held before.
+-- Returns {units, leases, missed}: the units the first exact or stepped
+-- part held for id before (0 when the request left it, was refunded or, in
+-- a stepped log, is older than its last admissions kept), how many leases
+-- of id were held before, and how many stepped parts did not find id
+-- among the ids they keep while they wrote over ids to keep the last ones
+-- and still count units: parts that may have forgotten it.
 
 local id, lease = ARGV[1], ARGV[4]
 local shift = tonumber(ARGV[6]) or 0
-local units, leases, first = 0, 0, true
+local units, leases, missed, first = 0, 0, 0, true
 
 -- clock returns now in µs: ARGV[5], the deciders' clock the scores and
 -- buckets are on, or Redis TIME.
@@ -157,6 +159,9 @@ for i, key in ipairs(KEYS) do
       e = stepped_find(ids, id)
     end
     local had = 0
+    if not e and seq > IDS and t > 0 then
+      missed = missed + 1
+    end
     if e then
       local at = IDS0 + ENTRY * e
       local b, c = struct.unpack('<dI6', ids, ENTRY * e + 9)
@@ -259,4 +264,4 @@ for i, key in ipairs(KEYS) do
     end
   end
 end
-return {units, leases}
+return {units, leases, missed}
