@@ -12,9 +12,13 @@
 //     rate-limit header fields.
 //  2. Limiters chooses the limiter, Limiter when it gives none.
 //  3. Key gives the identity; an error or an empty identity fails the
-//     request.
+//     request. A flow with a Tree asks it instead, for the request's
+//     tenant and the levels of its tree (an organisation, a team, an API
+//     key, each with its limits).
 //  4. Cost gives the units, 1 by default.
-//  5. Limiter.AllowN decides.
+//  5. Limiter.AllowLimits decides, held to the limits Limits gives, the
+//     limiter's own by default; for a tree, Limiter.AllowTree decides at
+//     every level at once, and a denial at one records nothing at any.
 //  6. SetHeaders writes the decision's rate-limit header fields
 //     (slidelimit.Headers decides which).
 //  7. A denial is Deny; a Redis failure is reported to Hook and is Admit
@@ -36,14 +40,16 @@
 // the request context's cancellation.
 //
 // Every adapter thus has the same defaults and wraps errors the same way:
-// "<name>: key: …" (a *KeyError), "<name>: refund: …" ("settle",
+// "<name>: key: …" (a *KeyError, for a failed tree function too),
+// "<name>: refund: …" ("settle",
 // "release", "renew"), and ErrNoLimiter.
 //
 // The rest is written once too. Options and Set are the functional
 // options of an adapter in the With… style (httplimit, ginlimit): the
 // adapter declares its own Option type over Options with its request,
 // deny-handler and error-handler types, and each With… function is one
-// line, func WithKey(f KeyFunc) Option { return set.Key(f) }. WithDefaults
+// line, func WithKey(f KeyFunc) Option { return set.Key(f) }, and so is
+// WithTree. WithDefaults
 // fills a Config struct in the style of Echo's and Fiber's middleware from
 // its DefaultConfig. JoinKeys and FirstKey
 // combine any adapter's key functions; Strict and Lenient convert between
@@ -52,7 +58,7 @@
 // # Writing an adapter
 //
 // Give Flow the framework's request context as C, map the framework's
-// request to Key, Skip, Limiters and Cost, and its response headers to
+// request to Key (or Tree), Skip, Limiters and Cost, and its response headers to
 // SetHeaders (slidelimit.Headers.SetHeader for an http.Header). In the
 // handler, call Decide; on Deny answer 429 with the denial (httplimit's
 // Problem is the body every HTTP adapter sends), on Fail answer

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -112,4 +113,69 @@ func ExampleFlow_Pend() {
 	// run at an estimate of 40 ; remaining 55
 	// run at an estimate of 40 ; remaining 15
 	// remaining 45 ; running 0
+}
+
+// apiCall is what a gateway limits: a call made with an API key of a team of
+// an organisation.
+type apiCall struct{ org, team, key string }
+
+// ExampleFlow_tree holds each call to its API key's, its team's and its
+// organisation's limits at once (slidelimit.Limiter.AllowTree): a call is
+// admitted only if every level has room, and a denial, which names the
+// limit that bound it, takes nothing from any level.
+func ExampleFlow_tree() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	// A prefix of this run's own, so that the example starts from a clean
+	// slate at every level.
+	prefix := "example-tree:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(100), slidelimit.WithPrefix(prefix))
+	if err != nil {
+		panic(err)
+	}
+	org := []slidelimit.Limit{slidelimit.PerMinute(4).Named("org")}
+	team := []slidelimit.Limit{slidelimit.PerMinute(3).Named("team")}
+	key := []slidelimit.Limit{slidelimit.PerMinute(2).Named("key")}
+
+	f := &adapter.Flow[apiCall]{
+		Name:    "gatewaylimit",
+		Limiter: lim,
+		Tree: func(c apiCall) (string, []slidelimit.Level, error) {
+			if c.key == "" {
+				return "", nil, errors.New("call has no API key")
+			}
+			return "org:" + c.org, []slidelimit.Level{
+				{Limits: org},
+				{Identity: "team:" + c.team, Limits: team},
+				{Identity: "key:" + c.key, Limits: key},
+			}, nil
+		},
+		Hook: func(_ context.Context, _ apiCall, err error) { fmt.Println("error:", err) },
+	}
+	for _, c := range []apiCall{
+		{"acme", "ml", "k1"}, {"acme", "ml", "k1"}, {"acme", "ml", "k1"}, // the key's 2
+		{"acme", "ml", "k2"}, {"acme", "ml", "k3"}, // the team's 3
+		{"acme", "web", "k4"}, {"acme", "web", "k5"}, // the organisation's 4
+		{"acme", "web", ""},
+	} {
+		switch d := f.Decide(ctx, c); d.Verdict {
+		case adapter.Admit:
+			fmt.Printf("%s/%s: run\n", c.team, c.key)
+		case adapter.Deny:
+			fmt.Printf("%s/%s: denied by %s\n", c.team, c.key, d.Result.Limit)
+		case adapter.Fail:
+			fmt.Println("drop")
+		}
+	}
+	// Output:
+	// ml/k1: run
+	// ml/k1: run
+	// ml/k1: denied by key
+	// ml/k2: run
+	// ml/k3: denied by team
+	// web/k4: run
+	// web/k5: denied by org
+	// error: gatewaylimit: key: call has no API key
+	// drop
 }

@@ -50,7 +50,8 @@ type Decision struct {
 	// Err is why the request failed, for Fail; for an Admit that Redis
 	// could not decide, the Redis error, already given to Hook.
 	Err error
-	// Identity is the identity the limiter was asked about, "" if none.
+	// Identity is the identity the limiter was asked about, "" if none:
+	// for a tree (Flow.Tree), its tenant.
 	Identity string
 
 	lim  *slidelimit.Limiter // the limiter that decided, for the request's end (Pend)
@@ -92,6 +93,19 @@ type Flow[C any] struct {
 	// the request with an error wrapping slidelimit.ErrInvalidLimit.
 	// Default: the limiter's own.
 	Limits func(c C) []slidelimit.Limit
+	// Tree returns the tenant a request belongs to and the levels of its
+	// tree, such as its organisation's, its team's and its API key's
+	// limits, decided at once by slidelimit.Limiter.AllowTree: the request
+	// is admitted only if every level has room, and a denial records
+	// nothing at any level. When set, it takes the place of Key and
+	// Limits. An error, or an empty tenant, fails the request as Key's do
+	// (a *KeyError, "<Name>: key: …"); an invalid tree fails it with the
+	// limiter's error (slidelimit.ErrInvalidLimit, ErrInvalidKey).
+	// Everything else is as for a flat limit: Cost, SetHeaders (each
+	// level's limits are listed, the one that bound the decision in
+	// Result.Limit), Settle, the refunds and the places in flight act on
+	// every level. Default: none, Key and Limits.
+	Tree func(c C) (tenant string, levels []slidelimit.Level, err error)
 	// SetHeaders writes res's rate-limit header fields on c's response,
 	// usually with slidelimit.Headers.SetHeader or Write. It is called once
 	// the limiter has decided, for Admit, Deny and a Fail the limiter
@@ -155,15 +169,42 @@ func (f *Flow[C]) Limit(ctx context.Context, c C) Decision {
 		}
 		return f.fail(ctx, c, fmt.Errorf("%s: %w", f.Name, ErrNoLimiter))
 	}
+	if f.Tree != nil {
+		tenant, levels, err := f.tree(c)
+		if err != nil {
+			return f.fail(ctx, c, err)
+		}
+		cost := f.cost(c)
+		res, err := lim.AllowTree(ctx, tenant, cost, levels...)
+		return f.decided(ctx, c, lim, tenant, cost, res, err)
+	}
 	id, err := f.Identify(c)
 	if err != nil {
 		return f.fail(ctx, c, err)
 	}
-	cost := 1
-	if f.Cost != nil {
-		cost = f.Cost(c)
+	return f.Check(ctx, c, lim, id, f.cost(c))
+}
+
+// cost returns the units Cost gives c, 1 without Cost.
+func (f *Flow[C]) cost(c C) int {
+	if f.Cost == nil {
+		return 1
 	}
-	return f.Check(ctx, c, lim, id, cost)
+	return f.Cost(c)
+}
+
+// tree returns the tenant and the levels Tree gives c, or the *KeyError
+// that fails it: Tree's error, or one wrapping slidelimit.ErrInvalidKey
+// for an empty tenant.
+func (f *Flow[C]) tree(c C) (string, []slidelimit.Level, error) {
+	tenant, levels, err := f.Tree(c)
+	if err != nil {
+		return "", nil, &KeyError{Name: f.Name, Err: err}
+	}
+	if tenant == "" {
+		return "", nil, &KeyError{Name: f.Name, Err: fmt.Errorf("%w: empty tenant", slidelimit.ErrInvalidKey)}
+	}
+	return tenant, levels, nil
 }
 
 // Identify returns the identity Key gives c, or the *KeyError that fails
@@ -184,7 +225,8 @@ func (f *Flow[C]) Identify(c C) (string, error) {
 }
 
 // KeyError is the error of a request whose key function failed or gave
-// an empty identity: "<Name>: key: " and Err.
+// an empty identity, or whose tree function (Flow.Tree) failed or gave an
+// empty tenant: "<Name>: key: " and Err.
 type KeyError struct {
 	// Name is the adapter's name, as in Flow.Name.
 	Name string
@@ -201,14 +243,22 @@ func (e *KeyError) Unwrap() error { return e.Err }
 // Check runs the last steps of the flow, from the limiter's decision on:
 // it asks lim to admit cost units for id, writes the header fields and
 // reports errors, as Decide does once it has chosen the limiter, the key
-// and the cost. Adapters that count something of their own, such as the
-// messages of a gRPC stream, call it directly.
+// and the cost of a request that has no Tree. Adapters that count
+// something of their own, such as the messages of a gRPC stream, call it
+// directly; it never asks Tree.
 func (f *Flow[C]) Check(ctx context.Context, c C, lim *slidelimit.Limiter, id string, cost int) Decision {
 	var limits []slidelimit.Limit
 	if f.Limits != nil {
 		limits = f.Limits(c)
 	}
 	res, err := lim.AllowLimits(ctx, id, cost, limits...)
+	return f.decided(ctx, c, lim, id, cost, res, err)
+}
+
+// decided runs the steps after the limiter's decision, for a flat limit
+// and a tree alike: it writes res's header fields, reports err and
+// returns the Decision.
+func (f *Flow[C]) decided(ctx context.Context, c C, lim *slidelimit.Limiter, id string, cost int, res slidelimit.Result, err error) Decision {
 	if f.SetHeaders != nil {
 		f.SetHeaders(c, res)
 	}

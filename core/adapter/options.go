@@ -32,6 +32,9 @@ type Options[R, D, F any] struct {
 	// Limits are the limits of a request instead of the limiter's own
 	// (Flow.Limits).
 	Limits func(R) []slidelimit.Limit
+	// Tree is the tenant and the levels of a request's tree, decided in
+	// place of Key and Limits (Flow.Tree).
+	Tree func(R) (tenant string, levels []slidelimit.Level, err error)
 	// Skip exempts requests (Flow.Skip).
 	Skip func(R) bool
 	// Deny answers a denied request.
@@ -66,7 +69,7 @@ func NewOptions[O ~func(*Options[R, D, F]), R, D, F any](defaults Options[R, D, 
 // its context, named name, with lim as its limiter.
 func (o Options[R, D, F]) Flow(name string, lim *slidelimit.Limiter) Flow[R] {
 	f := Flow[R]{
-		Name: name, Limiter: lim, Limiters: o.Limiters, Skip: o.Skip, Key: o.Key, Cost: o.Cost, Limits: o.Limits,
+		Name: name, Limiter: lim, Limiters: o.Limiters, Skip: o.Skip, Key: o.Key, Cost: o.Cost, Limits: o.Limits, Tree: o.Tree,
 		RefundFailed: o.RefundFailed, RefundSuccessful: o.RefundSuccessful, Failed: o.Failed, Settle: o.Settle,
 	}
 	if hook := o.Hook; hook != nil {
@@ -105,6 +108,11 @@ func (Set[O, R, D, F]) Cost(f func(R) int) O {
 // Limits sets Options.Limits.
 func (Set[O, R, D, F]) Limits(f func(R) []slidelimit.Limit) O {
 	return func(o *Options[R, D, F]) { o.Limits = f }
+}
+
+// Tree sets Options.Tree; nil decides by Key and Limits, the default.
+func (Set[O, R, D, F]) Tree(f func(R) (tenant string, levels []slidelimit.Level, err error)) O {
+	return func(o *Options[R, D, F]) { o.Tree = f }
 }
 
 // Skip sets Options.Skip.

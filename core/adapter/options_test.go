@@ -3,6 +3,7 @@ package adapter_test
 import (
 	"testing"
 
+	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/adapter"
 )
 
@@ -20,6 +21,15 @@ func TestOptionsKeepDefaultsOnNil(t *testing.T) {
 		[]option{set.Key(nil), set.Deny(nil), set.Fail(nil), set.Hook(nil), nil, set.RefundFailed()})
 	if o.Key == nil || o.Deny == nil || o.Fail == nil || !o.RefundFailed || o.RefundSuccessful {
 		t.Errorf("NewOptions with nil options = %+v, want the defaults kept and RefundFailed set", o)
+	}
+}
+
+func TestTreeOptionReachesTheFlow(t *testing.T) {
+	var set adapter.Set[option, string, deny, fail]
+	tree := func(string) (string, []slidelimit.Level, error) { return "acme", nil, nil }
+	o := adapter.NewOptions(adapter.Options[string, deny, fail]{}, []option{set.Tree(tree)})
+	if f := o.Flow("testlimit", nil); f.Tree == nil {
+		t.Errorf("Flow of Options with Tree set has no Tree, want it")
 	}
 }
 

@@ -45,6 +45,11 @@ type Settings struct {
 	// Plan returns for its value, instead of the limiter's own (its
 	// per-request limits setting).
 	PlanHeader string
+	// Tree, when set, holds each request to a tenant's tree: the adapter's
+	// tree setting gives a request the tenant and levels Tree returns for
+	// the value of its TreeHeader field (or gRPC metadata key), in place of
+	// its key and limits. Its error fails the request.
+	Tree func(value string) (tenant string, levels []slidelimit.Level, err error)
 	// RefundFailed and RefundSuccessful turn on the adapter's refund by
 	// status of failed (status 400 and above; a gRPC code other than OK)
 	// and of successful requests.
@@ -72,6 +77,10 @@ func Plan(value string) []slidelimit.Limit {
 	}
 	return []slidelimit.Limit{slidelimit.PerMinute(quota)}
 }
+
+// TreeHeader is the header field (or gRPC metadata key) whose value a
+// request's tree is read from, by Settings.Tree.
+const TreeHeader = "X-Adaptertest-Tree"
 
 // LimiterFor returns the limiter s gives a request to path.
 func (s Settings) LimiterFor(path string) *slidelimit.Limiter {

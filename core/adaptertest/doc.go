@@ -34,7 +34,12 @@
 //   - in flight: a request holds its place under an in-flight limit
 //     while its handler runs, or its stream is under way, and gives it
 //     back when it ends, failed or not;
-//   - skip, limiter choice and cost;
+//   - skip, limiter choice, cost and per-request limits;
+//   - tree: a tenant's tree of levels (Settings.Tree), admitted and denied
+//     at each level with nothing recorded at any on a denial, headers and
+//     denials naming the limit that bound, a failed or invalid tree,
+//     settlement and refund at every level, and a place in flight held at
+//     a level and given back;
 //   - client IP: every proxy scenario of redistest.ClientIPScenarios and
 //     hostile forwarding headers;
 //   - hostile keys: identities of any content, each with its own quota, and

@@ -41,6 +41,7 @@ var scenarios = []scenario{
 	{"limiter choice", limiterChoice},
 	{"cost", cost},
 	{"per-request limits", plans},
+	{"tree", tree},
 	{"client IP", clientIP},
 	{"hostile keys", hostileKeys},
 }

@@ -28,6 +28,11 @@ func TestConformance(t *testing.T) {
 		if s.PlanHeader != "" {
 			opts = append(opts, httplimit.WithLimits(func(r *http.Request) []slidelimit.Limit { return adaptertest.Plan(r.Header.Get(s.PlanHeader)) }))
 		}
+		if s.Tree != nil {
+			opts = append(opts, httplimit.WithTree(func(r *http.Request) (string, []slidelimit.Level, error) {
+				return s.Tree(r.Header.Get(adaptertest.TreeHeader))
+			}))
+		}
 		if s.RefundFailed {
 			opts = append(opts, httplimit.WithRefundFailed())
 		}

@@ -185,3 +185,23 @@ func ExampleTotalTokens() {
 	fmt.Println(httplimit.TotalTokens(httplimit.Response{Status: http.StatusOK, Body: []byte(stream)}))
 	// Output: 21 true
 }
+
+// Hold each request to its API key's, its team's and its organisation's
+// limits at once, read from claims an auth layer put in the request.
+func ExampleWithTree() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(60))
+	if err != nil {
+		log.Fatal(err)
+	}
+	mw := httplimit.New(lim, httplimit.WithTree(func(r *http.Request) (string, []slidelimit.Level, error) {
+		org, team, key := r.Header.Get("X-Org"), r.Header.Get("X-Team"), r.Header.Get("X-Key-Id") // set by your auth layer
+		return "org:" + org, []slidelimit.Level{
+			{Limits: []slidelimit.Limit{slidelimit.PerMinute(1000).Named("org")}},
+			{Identity: "team:" + team, Limits: []slidelimit.Limit{slidelimit.PerMinute(300).Named("team")}},
+			{Identity: "key:" + key, Limits: []slidelimit.Limit{
+				slidelimit.PerMinute(100).Named("key"), slidelimit.InFlight(4, time.Minute).Named("key-in-flight")}},
+		}, nil
+	}))
+	_ = mw
+}

@@ -16,10 +16,11 @@ import (
 //
 // For each request it asks lim, or the limiter WithLimiterFunc chooses, to
 // admit one unit (WithCost) for the request's identity (WithKey; by default
-// the peer IP), and sets the rate-limit headers of the decision
-// (WithHeaders). An admitted request goes on to the next handler; a denied
-// one is answered 429 Too Many Requests with Retry-After and a problem+json
-// body (WithDenyHandler). The flow is package adapter's, the one every
+// the peer IP), or at every level of its tenant's tree (WithTree), and
+// sets the rate-limit headers of the decision (WithHeaders). An admitted
+// request goes on to the next handler; a denied one is answered 429 Too
+// Many Requests with Retry-After and a problem+json body
+// (WithDenyHandler). The flow is package adapter's, the one every
 // adapter of this project runs.
 //
 // A request admitted under an in-flight limit (slidelimit.InFlight) holds
@@ -117,6 +118,9 @@ func newMiddleware(lim *slidelimit.Limiter, o config) *middleware {
 	}
 	if o.Limits != nil {
 		c.flow.Limits = func(x exchange) []slidelimit.Limit { return o.Limits(x.r) }
+	}
+	if o.Tree != nil {
+		c.flow.Tree = func(x exchange) (string, []slidelimit.Level, error) { return o.Tree(x.r) }
 	}
 	return c
 }

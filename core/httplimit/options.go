@@ -55,6 +55,25 @@ func WithCost(f func(r *http.Request) int) Option { return set.Cost(f) }
 // by the error handler. The default is the limiter's own limits.
 func WithLimits(f func(r *http.Request) []slidelimit.Limit) Option { return set.Limits(f) }
 
+// WithTree holds each request to a tenant's tree: f returns the tenant
+// the request belongs to and the levels it is limited at, such as its
+// organisation's, its team's and its API key's limits, read from its
+// token, and the request is decided at every level at once by
+// slidelimit.Limiter.AllowTree. It is admitted only if every level has
+// room; a denial records nothing at any level. f takes the place of the
+// key function (WithKey) and of WithLimits. The rate-limit headers list
+// every level's limits, by name, and a denial names the limit that bound
+// it, so give each level's limits its level's name
+// (slidelimit.Limit.Named). Costs (WithCost), settlement (WithSettle),
+// refunds and places in flight act on every level. An error of f, or an
+// empty tenant, is a key error; an invalid tree is the limiter's error
+// (slidelimit.ErrInvalidLimit, slidelimit.ErrInvalidKey); either is
+// answered by the error handler. The default, nil, limits by WithKey's
+// identity.
+func WithTree(f func(r *http.Request) (tenant string, levels []slidelimit.Level, err error)) Option {
+	return set.Tree(f)
+}
+
 // WithSkip passes the requests for which f returns true straight to the next
 // handler, neither counted nor given rate-limit headers: health checks,
 // allow-listed clients. The default skips nothing.
