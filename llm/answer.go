@@ -98,14 +98,14 @@ func setFields(h http.Header, api API, res slidelimit.Result, now time.Time) {
 	}
 }
 
-// rfc3339 is the instant d after now, rounded up to the second, as
-// Anthropic's reset fields give it.
+// rfc3339 is the instant d after now, rounded up to the millisecond, in
+// RFC 3339 as Anthropic's reset fields give it.
 func rfc3339(now time.Time, d time.Duration) string {
 	t := now.Add(d)
-	if t.Truncate(time.Second) != t {
-		t = t.Truncate(time.Second).Add(time.Second)
+	if t.Truncate(time.Millisecond) != t {
+		t = t.Truncate(time.Millisecond).Add(time.Millisecond)
 	}
-	return t.UTC().Format(time.RFC3339)
+	return t.UTC().Format("2006-01-02T15:04:05.999Z07:00")
 }
 
 // retryAfter is Retry-After's value for a wait of d: whole seconds,
@@ -145,8 +145,16 @@ func denialMessage(res slidelimit.Result, cost int) string {
 		what, res.Limit, level, res.Limit.Quota, max(res.Remaining, 0), requested, openAIDuration(res.RetryAfter))
 }
 
+// inFlightRetry is how soon a request denied by a limit of requests in
+// flight is told to retry: a place frees when a request ends, which its
+// lease, the denial's RetryAfter, only bounds.
+const inFlightRetry = time.Second
+
 // writeDenial answers a denied request 429 as api does, with Retry-After.
 func writeDenial(w http.ResponseWriter, api API, res slidelimit.Result, cost int) {
+	if res.Limit.InFlight {
+		res.RetryAfter = min(res.RetryAfter, inFlightRetry)
+	}
 	w.Header().Set("Retry-After", retryAfter(res.RetryAfter))
 	msg := denialMessage(res, cost)
 	if api == Anthropic {

@@ -46,8 +46,8 @@ func TestAnthropicFields(t *testing.T) {
 	h := http.Header{}
 	setFields(h, Anthropic, denial(), time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	want := map[string]string{
-		FieldAnthropicRequestsLimit: "60", FieldAnthropicRequestsRemaining: "58", FieldAnthropicRequestsReset: "2026-01-02T03:04:06Z",
-		FieldAnthropicTokensLimit: "6000", FieldAnthropicTokensRemaining: "100", FieldAnthropicTokensReset: "2026-01-02T03:04:07Z",
+		FieldAnthropicRequestsLimit: "60", FieldAnthropicRequestsRemaining: "58", FieldAnthropicRequestsReset: "2026-01-02T03:04:05.02Z",
+		FieldAnthropicTokensLimit: "6000", FieldAnthropicTokensRemaining: "100", FieldAnthropicTokensReset: "2026-01-02T03:04:06.5Z",
 	}
 	for k, v := range want {
 		if got := h.Get(k); got != v {
@@ -100,5 +100,14 @@ func TestDenialBodies(t *testing.T) {
 	}
 	if got := string(rec.Body.Bytes()); !json.Valid([]byte(got)) {
 		t.Errorf("not JSON: %s", got)
+	}
+}
+
+func TestInFlightDenialRetriesSoon(t *testing.T) {
+	res := slidelimit.Result{Limit: slidelimit.InFlight(4, time.Minute).Named("key-in-flight"), RetryAfter: 59 * time.Second}
+	rec := httptest.NewRecorder()
+	writeDenial(rec, OpenAI, res, 10)
+	if got := rec.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After of an in-flight denial = %q, want 1: a place frees when a request ends", got)
 	}
 }

@@ -70,7 +70,8 @@ var ErrInvalidCaller = errors.New("llmlimit: invalid caller")
 
 // tree returns the tenant and the levels of c for AllowTree, with limits
 // of window, leases of lease, and the smallest quota of its enforced
-// limits of tokens (0 if it has none).
+// limits of tokens (0 if it has none). A level with no limit is left out;
+// with none at all, levels is empty.
 func (c Caller) tree(window, lease time.Duration) (tenant string, levels []slidelimit.Level, minTokens int, err error) {
 	if len(c.Levels) == 0 {
 		return "", nil, 0, fmt.Errorf("%w: no level", ErrInvalidCaller)
@@ -101,7 +102,7 @@ func (c Caller) tree(window, lease time.Duration) (tenant string, levels []slide
 		levels = append(levels, slidelimit.Level{Identity: id, Limits: limits})
 	}
 	if len(levels) == 0 {
-		return "", nil, 0, fmt.Errorf("%w: no level has a limit", ErrInvalidCaller)
+		return "", nil, 0, nil // nothing to count: unlimited
 	}
 	return tenant, levels, minTokens, nil
 }

@@ -61,9 +61,12 @@ type CallerFunc func(r *http.Request, req Request) (Caller, error)
 // Retry-After and the API's error body: OpenAI's
 // {"error":{"message":…,"type":"requests" or "tokens","param":null,"code":"rate_limit_exceeded"}},
 // Anthropic's {"type":"error","error":{"type":"rate_limit_error","message":…}}.
+// A denial by a limit of requests in flight says to retry within a second:
+// a place frees when a request ends, which its lease only bounds.
 // A body the middleware cannot read is answered 400, one too large 413, and
 // a request whose estimate alone is more than its smallest limit of tokens
-// admits, 400 too.
+// admits, 400 too. A caller none of whose levels has a limit is passed on
+// unlimited.
 //
 // When Redis fails, lim's FailurePolicy decides: under FailOpen, the
 // default, the request goes on without rate-limit header fields; under
@@ -180,6 +183,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r = restore(r, b)
 	x.r = r
+	if len(x.levels) == 0 { // a caller of no limit
+		h.next.ServeHTTP(w, r)
+		return
+	}
 
 	f := &m.flow
 	d := f.Decide(r.Context(), x)
