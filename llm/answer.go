@@ -114,10 +114,10 @@ func retryAfter(d time.Duration) string {
 	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }
 
-// Kind returns what a denial was bound by, as OpenAI's error type names
+// kind returns what a denial was bound by, as OpenAI's error type names
 // it: "requests" for a limit of requests or of requests in flight,
 // "tokens" for a limit of tokens.
-func Kind(res slidelimit.Result) string {
+func kind(res slidelimit.Result) string {
 	if res.Limit.Requests || res.Limit.InFlight {
 		return "requests"
 	}
@@ -162,7 +162,7 @@ func writeDenial(w http.ResponseWriter, api API, res slidelimit.Result, cost int
 		return
 	}
 	code := "rate_limit_exceeded"
-	writeJSON(w, http.StatusTooManyRequests, openAIError{Error: openAIDetail{Message: msg, Type: Kind(res), Code: &code}})
+	writeJSON(w, http.StatusTooManyRequests, openAIError{Error: openAIDetail{Message: msg, Type: kind(res), Code: &code}})
 }
 
 // writeError answers a request the middleware could not pass on with

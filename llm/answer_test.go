@@ -98,7 +98,7 @@ func TestDenialBodies(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &an); err != nil || rec.Code != 429 || an.Type != "error" || an.Error.Type != "rate_limit_error" || an.Error.Message == "" {
 		t.Errorf("Anthropic denial = %d %s (%v)", rec.Code, rec.Body, err)
 	}
-	if got := string(rec.Body.Bytes()); !json.Valid([]byte(got)) {
+	if got := rec.Body.String(); !json.Valid([]byte(got)) {
 		t.Errorf("not JSON: %s", got)
 	}
 }

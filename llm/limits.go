@@ -55,6 +55,9 @@ type Level struct {
 // takes nothing at another. Levels of the same first level share one
 // Redis Cluster slot.
 type Caller struct {
+	// Levels are the caller's levels, the outermost first; a level of no
+	// limit counts nothing, and a caller of no limit at all is passed on
+	// unlimited.
 	Levels []Level
 }
 

@@ -86,7 +86,9 @@ func New(lim *slidelimit.Limiter, callers CallerFunc, opts ...Option) func(http.
 		RefundFailed: true, Failed: m.refunded,
 		Settle: func(x *exchange, r adapter.Response) (int, bool) {
 			u, ok := x.usage(r)
-			return u.Total, ok
+			// No quota counts more than MaxQuota: a larger figure, which
+			// only a broken answer reports, settles to it.
+			return min(u.Total, slidelimit.MaxQuota), ok
 		},
 	}
 	return func(next http.Handler) http.Handler {
@@ -120,7 +122,7 @@ type exchange struct {
 
 // usage returns the usage the answer to x reported: read from the stream
 // as it passed, or from the end of a JSON body, r.
-func (x *exchange) usage(r adapter.Response) (Usage, bool) {
+func (x *exchange) usage(r adapter.Response) (reported, bool) {
 	if x.ans.stream {
 		return x.ans.m.usage()
 	}

@@ -72,11 +72,11 @@ func TestStreamPassedWholeForClientsThatAsked(t *testing.T) {
 func TestStreamUsageOfAnthropicAndResponses(t *testing.T) {
 	for _, tt := range []struct {
 		stream string
-		want   Usage
+		want   reported
 	}{
-		{anthropicStream, Usage{Input: 25, Output: 15, Total: 40}},
-		{responsesStream, Usage{Input: 4, Output: 6, Total: 10}},
-		{strings.ReplaceAll(anthropicStream, "\n", "\r\n"), Usage{Input: 25, Output: 15, Total: 40}},
+		{anthropicStream, reported{Input: 25, Output: 15, Total: 40}},
+		{responsesStream, reported{Input: 4, Output: 6, Total: 10}},
+		{strings.ReplaceAll(anthropicStream, "\n", "\r\n"), reported{Input: 25, Output: 15, Total: 40}},
 	} {
 		for _, n := range []int{2, 1 << 20} {
 			rec, a := through(t, tt.stream, n, false)
@@ -118,4 +118,24 @@ func TestJSONAnswerPassesUnread(t *testing.T) {
 	if rec.Body.String() != body {
 		t.Errorf("the client got %q, want %q", rec.Body.String(), body)
 	}
+}
+
+func FuzzStream(f *testing.F) {
+	f.Add(chatChunks+usageChunk+doneChunk, 3)
+	f.Add(anthropicStream, 1)
+	f.Add("data: {\"choices\":[],\"usage\":{\"total_tokens\":-1}}\r\n\r\n", 7)
+	f.Fuzz(func(t *testing.T, stream string, n int) {
+		n = max(1, n%64+1)
+		rec, a := through(t, stream, n, false)
+		if rec.Body.String() != stream {
+			t.Errorf("a stream not stripped came out as %q, want %q", rec.Body.String(), stream)
+		}
+		if u, ok := a.m.usage(); ok && (u.Input < 0 || u.Output < 0) {
+			t.Errorf("usage %+v of %q", u, stream)
+		}
+		rec, _ = through(t, stream, n, true)
+		if rec.Body.Len() > len(stream) {
+			t.Errorf("a stripped stream grew: %d bytes from %d", rec.Body.Len(), len(stream))
+		}
+	})
 }

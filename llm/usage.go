@@ -3,10 +3,12 @@ package llmlimit
 import (
 	"bytes"
 	"encoding/json"
+
+	slidelimit "github.com/slidelimit/slidelimit/core"
 )
 
-// Usage is the tokens a request used, as its answer reports them.
-type Usage struct {
+// reported is the tokens a request used, as its answer reports them.
+type reported struct {
 	// Input is the prompt's tokens: prompt_tokens or input_tokens, with
 	// Anthropic's cache_creation_input_tokens and cache_read_input_tokens.
 	Input int
@@ -48,7 +50,7 @@ func (m *meter) add(u *usageFields) {
 		found, sum := false, 0
 		for _, f := range from {
 			if f != nil && *f >= 0 {
-				found, sum = true, sum+*f
+				found, sum = true, sum+min(*f, slidelimit.MaxQuota) // no overflow from a hostile answer
 			}
 		}
 		if found {
@@ -65,8 +67,8 @@ func (m *meter) add(u *usageFields) {
 }
 
 // usage returns the usage read, and whether there was any.
-func (m *meter) usage() (Usage, bool) {
-	u := Usage{Input: m.input, Output: m.output, Total: m.input + m.output}
+func (m *meter) usage() (reported, bool) {
+	u := reported{Input: m.input, Output: m.output, Total: m.input + m.output}
 	if m.hasTotal {
 		u.Total = m.total
 	}

@@ -78,10 +78,7 @@ func readConfig(path string) (*config, error) {
 // caller returns the levels of a request's key: its org's, its team's and
 // its own.
 func (c *config) caller(r *http.Request, _ llmlimit.Request) (llmlimit.Caller, error) {
-	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if key = strings.TrimSpace(key); key == "" {
-		key = r.Header.Get("X-Api-Key")
-	}
+	key := cmp.Or(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), r.Header.Get("X-Api-Key"))
 	k, ok := c.Keys[key]
 	if star, listed := c.Keys["*"]; !ok && listed {
 		k, ok = star, true
@@ -148,8 +145,9 @@ func run(ctx context.Context) error {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx); err != nil {
+	err := run(ctx)
+	stop()
+	if err != nil {
 		log.Fatal(err)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -117,10 +118,10 @@ func TestShippedConfig(t *testing.T) {
 	if strings.Join(got, " ") != "org:acme team:research key:sk-alice" || caller.Levels[2].Shadow.Requests != 30 || caller.Levels[0].Limits.TokensPerMonth != 1000000 {
 		t.Errorf("sk-alice's caller = %+v, want org acme, team research and the key, with their limits", caller)
 	}
-	if _, err := c.caller(httptest.NewRequest(http.MethodPost, "/", nil), llmlimit.Request{}); err != llmlimit.ErrUnknownCaller {
+	if _, err := c.caller(httptest.NewRequest(http.MethodPost, "/", nil), llmlimit.Request{}); !errors.Is(err, llmlimit.ErrUnknownCaller) {
 		t.Errorf("no key: %v, want ErrUnknownCaller", err)
 	}
-	if c.Window.Duration.String() != "1m0s" || c.Lease.Duration.String() != "1m0s" || c.RedisTimeout.Duration.String() != "100ms" {
+	if c.Window.String() != "1m0s" || c.Lease.String() != "1m0s" || c.RedisTimeout.String() != "100ms" {
 		t.Errorf("durations = %+v", c)
 	}
 }
