@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/redistest"
 	"github.com/slidelimit/slidelimit/llm"
@@ -84,7 +85,15 @@ func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // one team of one org, with limits.
 func limited(t *testing.T, api http.Handler, key, team, org llmlimit.Limits, opts ...llmlimit.Option) http.Handler {
 	t.Helper()
-	lim, err := slidelimit.New(redistest.Client(t), slidelimit.PerMinute(1), slidelimit.WithPrefix(redistest.Prefix(t)))
+	return limitedOn(t, redistest.Client(t), api, key, team, org, opts...)
+}
+
+// limitedOn is limited on the Redis rdb; the org is the bearer token's
+// part before its first '-', so that orgs fall on different slots of a
+// Cluster.
+func limitedOn(t *testing.T, rdb redis.UniversalClient, api http.Handler, key, team, org llmlimit.Limits, opts ...llmlimit.Option) http.Handler {
+	t.Helper()
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(1), slidelimit.WithPrefix(redistest.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +102,9 @@ func limited(t *testing.T, api http.Handler, key, team, org llmlimit.Limits, opt
 		if k == "" {
 			return llmlimit.Caller{}, llmlimit.ErrUnknownCaller
 		}
+		orgID, _, _ := strings.Cut(k, "-")
 		return llmlimit.Caller{Levels: []llmlimit.Level{
-			{Name: "org", ID: "acme", Limits: org},
+			{Name: "org", ID: orgID, Limits: org},
 			{Name: "team", ID: "ml", Limits: team},
 			{Name: "key", ID: k, Limits: key},
 		}}, nil
@@ -289,5 +299,23 @@ func TestInFlightAndShadow(t *testing.T) {
 	}
 	if w := send(h, "/v1/chat/completions", "sk-1", chat); w.Code != 200 {
 		t.Errorf("after the first ended = %d, want 200", w.Code)
+	}
+}
+
+func TestOnRedisCluster(t *testing.T) {
+	h := limitedOn(t, redistest.ClusterClient(t), &fakeAPI{input: 7, output: 20},
+		llmlimit.Limits{Requests: 2, Tokens: 1000}, llmlimit.Limits{}, llmlimit.Limits{Tokens: 5000})
+	// Orgs of every name, so on several slots: each settles, and its key's
+	// requests bind on their own.
+	for i := range 6 {
+		key := fmt.Sprintf("org%d-key", i)
+		for n, left := range []int{1000 - chatEstimate, 1000 - 27 - chatEstimate} {
+			if w := send(h, "/v1/chat/completions", key, chat); w.Code != 200 || header(t, w, llmlimit.FieldRemainingTokens) != left {
+				t.Fatalf("%s request %d = %d %v, want 200 with %d tokens left", key, n, w.Code, w.Header(), left)
+			}
+		}
+		if w := send(h, "/v1/chat/completions", key, chat); w.Code != 429 {
+			t.Errorf("%s third request = %d, want 429", key, w.Code)
+		}
 	}
 }
