@@ -31,6 +31,11 @@ func TestConformance(t *testing.T) {
 		if s.PlanHeader != "" {
 			cfg.Limits = func(c echo.Context) []slidelimit.Limit { return adaptertest.Plan(c.Request().Header.Get(s.PlanHeader)) }
 		}
+		if s.Tree != nil {
+			cfg.Tree = func(c echo.Context) (string, []slidelimit.Level, error) {
+				return s.Tree(c.Request().Header.Get(adaptertest.TreeHeader))
+			}
+		}
 		if s.Settle {
 			cfg.Settle = func(_ echo.Context, r httplimit.Response) (int, bool) { return httplimit.TotalTokens(r) }
 		}

@@ -46,6 +46,12 @@
 // JoinKeys and FirstKey combine keys, and any
 // func(echo.Context) (string, error) works as Config.IdentifierExtractor.
 //
+// Config.Tree holds a request to its tenant's tree instead of one identity: an
+// organisation's, a team's and an API key's limits, say, decided at once
+// by slidelimit.Limiter.AllowTree, so that a denial at one level takes
+// nothing at any. Name each level's limits after their level
+// (slidelimit.Limit.Named): the headers and the 429 name them.
+//
 // # Failures
 //
 // When Redis fails, the limiter's FailurePolicy decides: fail-open (the

@@ -56,7 +56,7 @@ func NewWithConfig(lim *slidelimit.Limiter, config Config) echo.MiddlewareFunc {
 	cfg := withDefaults(config)
 	f := &adapter.Flow[echo.Context]{
 		Name: "echolimit", Limiter: lim, Limiters: cfg.Limiter, Skip: cfg.Skipper,
-		Key: cfg.IdentifierExtractor, Cost: cfg.Cost, Limits: cfg.Limits,
+		Key: cfg.IdentifierExtractor, Cost: cfg.Cost, Limits: cfg.Limits, Tree: cfg.Tree,
 		SetHeaders:   func(c echo.Context, res slidelimit.Result) { cfg.Headers.SetHeader(res, c.Response().Header()) },
 		Hook:         func(_ context.Context, c echo.Context, err error) { cfg.ErrorHook(c, err) },
 		RefundFailed: cfg.SkipFailedRequests, RefundSuccessful: cfg.SkipSuccessfulRequests, Failed: cfg.Failed,

@@ -64,6 +64,22 @@ type Config struct {
 	// own; invalid limits are an error (slidelimit.ErrInvalidLimit),
 	// answered by ErrorHandler. Default: the limiter's own.
 	Limits func(c *fiber.Ctx) []slidelimit.Limit
+	// Tree returns the tenant a request belongs to and the levels of its
+	// tree, such as its organisation's, its team's and its API key's
+	// limits, all decided at once by slidelimit.Limiter.AllowTree: the
+	// request is admitted only if every level has room, and a denial
+	// records nothing at any level. It takes the place of KeyGenerator and
+	// Limits. The rate-limit headers list every level's limits by name, and
+	// a denial names the one that bound it, so give each level's limits its
+	// level's name (slidelimit.Limit.Named). Cost, Settle, the refunds and
+	// places in flight act on every level. The tenant and the levels'
+	// identities are copied, so they may be read from c.Get. An error, or
+	// an empty tenant, is a key error; an invalid tree is the limiter's
+	// error (slidelimit.ErrInvalidLimit, slidelimit.ErrInvalidKey); either
+	// is answered by ErrorHandler.
+	//
+	// Optional. Default: nil, which limits by KeyGenerator.
+	Tree func(c *fiber.Ctx) (tenant string, levels []slidelimit.Level, err error)
 
 	// LimitReached answers a request the limiter denied. When it runs, the
 	// rate-limit headers, Retry-After among them, are already set on the

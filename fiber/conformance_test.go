@@ -37,6 +37,11 @@ func TestConformance(t *testing.T) {
 		if s.PlanHeader != "" {
 			cfg.Limits = func(c *fiber.Ctx) []slidelimit.Limit { return adaptertest.Plan(c.Get(s.PlanHeader)) }
 		}
+		if s.Tree != nil {
+			// c.Get's bytes are Fiber's to reuse: the tree function must
+			// not need a copy (Config.Tree makes one).
+			cfg.Tree = func(c *fiber.Ctx) (string, []slidelimit.Level, error) { return s.Tree(c.Get(adaptertest.TreeHeader)) }
+		}
 		if s.Settle {
 			cfg.Settle = httplimit.TotalTokens
 		}

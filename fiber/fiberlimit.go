@@ -59,6 +59,9 @@ func New(lim *slidelimit.Limiter, config ...Config) fiber.Handler {
 		Hook:         func(_ context.Context, c *fiber.Ctx, err error) { cfg.ErrorHook(c, err) },
 		RefundFailed: cfg.SkipFailedRequests, RefundSuccessful: cfg.SkipSuccessfulRequests, Failed: cfg.Failed,
 	}
+	if cfg.Tree != nil {
+		f.Tree = func(c *fiber.Ctx) (string, []slidelimit.Level, error) { return ownTree(cfg.Tree(c)) }
+	}
 	if cfg.Settle != nil {
 		f.Settle = func(_ *fiber.Ctx, r adapter.Response) (int, bool) { return cfg.Settle(r) }
 	}
@@ -107,6 +110,21 @@ func status(c *fiber.Ctx, err error) int {
 		return fe.Code
 	}
 	return fiber.StatusInternalServerError
+}
+
+// ownTree returns a tree function's tenant and levels with identities of
+// their own: Fiber reuses the bytes of c.Get and c.Params once the handler
+// returns, and the tenant may outlive it in an observer or a log. The
+// levels are copied, not changed: the function may return a shared slice.
+func ownTree(tenant string, levels []slidelimit.Level, err error) (string, []slidelimit.Level, error) {
+	if err != nil {
+		return "", nil, err
+	}
+	own := make([]slidelimit.Level, len(levels))
+	for i, lv := range levels {
+		own[i] = slidelimit.Level{Identity: strings.Clone(lv.Identity), Limits: lv.Limits}
+	}
+	return strings.Clone(tenant), own, nil
 }
 
 // ownKeyGenerator reports whether f is KeyByIP or the Key method of a

@@ -1,9 +1,12 @@
 package fiberlimit
 
 import (
+	"errors"
 	"testing"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
+	slidelimit "github.com/slidelimit/slidelimit/core"
 )
 
 // TestOwnKeyGenerator checks which key generators New trusts to return
@@ -23,5 +26,24 @@ func TestOwnKeyGenerator(t *testing.T) {
 		if got := ownKeyGenerator(tt.f); got != tt.want {
 			t.Errorf("ownKeyGenerator(%s) = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestOwnTreeCopies checks that a tree's tenant and identities are copied
+// into levels of their own, and the tree function's slice left alone.
+func TestOwnTreeCopies(t *testing.T) {
+	buf := []byte("acme/team:ml")
+	view := unsafe.String(&buf[0], len(buf)) // as c.Get returns: Fiber's bytes
+	shared := []slidelimit.Level{{Identity: view[5:], Limits: []slidelimit.Limit{slidelimit.PerMinute(5)}}}
+	tenant, levels, err := ownTree(view[:4], shared, nil)
+	copy(buf, "XXXXXXXXXXXX") // Fiber reuses the bytes
+	if err != nil || tenant != "acme" || len(levels) != 1 || levels[0].Identity != "team:ml" || len(levels[0].Limits) != 1 {
+		t.Errorf("ownTree = %q, %+v, %v, want acme with team:ml of their own", tenant, levels, err)
+	}
+	if &levels[0] == &shared[0] {
+		t.Errorf("ownTree returned the tree function's slice, want a copy")
+	}
+	if _, _, err := ownTree("acme", nil, errors.New("no token")); err == nil {
+		t.Errorf("ownTree with an error = nil error, want it")
 	}
 }

@@ -29,6 +29,11 @@ func TestConformance(t *testing.T) {
 		if s.PlanHeader != "" {
 			opts = append(opts, ginlimit.WithLimits(func(c *gin.Context) []slidelimit.Limit { return adaptertest.Plan(c.GetHeader(s.PlanHeader)) }))
 		}
+		if s.Tree != nil {
+			opts = append(opts, ginlimit.WithTree(func(c *gin.Context) (string, []slidelimit.Level, error) {
+				return s.Tree(c.GetHeader(adaptertest.TreeHeader))
+			}))
+		}
 		if s.RefundFailed {
 			opts = append(opts, ginlimit.WithRefundFailed())
 		}

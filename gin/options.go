@@ -58,6 +58,23 @@ func WithCost(f func(c *gin.Context) int) Option { return set.Cost(f) }
 // by the error handler. The default is the limiter's own limits.
 func WithLimits(f func(c *gin.Context) []slidelimit.Limit) Option { return set.Limits(f) }
 
+// WithTree holds each request to a tenant's tree: f returns the tenant
+// the request belongs to and the levels it is limited at, such as its
+// organisation's, its team's and its API key's limits, read from its
+// token, all decided at once by slidelimit.Limiter.AllowTree. The request
+// is admitted only if every level has room; a denial records nothing at
+// any level. f takes the place of WithKey and WithLimits. The rate-limit
+// headers list every level's limits by name, and a denial names the one
+// that bound it, so give each level's limits its level's name
+// (slidelimit.Limit.Named). Costs, settlement, refunds and places in
+// flight act on every level. An error of f or an empty tenant is a key
+// error, and an invalid tree the limiter's error (slidelimit.ErrInvalidLimit,
+// slidelimit.ErrInvalidKey): either is answered by the error handler. The
+// default, nil, limits by WithKey's identity.
+func WithTree(f func(c *gin.Context) (tenant string, levels []slidelimit.Level, err error)) Option {
+	return set.Tree(f)
+}
+
 // WithSkip passes the requests for which f returns true straight on,
 // neither counted nor given rate-limit headers: health checks, allow-listed
 // clients. The default skips nothing.

@@ -72,6 +72,11 @@ func TestConformance(t *testing.T) {
 				return adaptertest.Plan(strings.Join(metadata.ValueFromIncomingContext(ctx, s.PlanHeader), ""))
 			}))
 		}
+		if s.Tree != nil {
+			opts = append(opts, grpclimit.WithTree(func(ctx context.Context, _ grpclimit.Call) (string, []slidelimit.Level, error) {
+				return s.Tree(strings.Join(metadata.ValueFromIncomingContext(ctx, adaptertest.TreeHeader), ""))
+			}))
+		}
 		if s.RefundFailed {
 			opts = append(opts, grpclimit.WithRefundFailed())
 		}

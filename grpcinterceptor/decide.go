@@ -65,6 +65,9 @@ func (c *config) newFlow() {
 	if c.limits != nil {
 		c.flow.Limits = func(r rpc) []slidelimit.Limit { return c.limits(r.ctx, r.call) }
 	}
+	if c.tree != nil {
+		c.flow.Tree = func(r rpc) (string, []slidelimit.Level, error) { return c.tree(r.ctx, r.call) }
+	}
 }
 
 // newCall describes the call to key functions and selectors.

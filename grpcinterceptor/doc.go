@@ -15,7 +15,9 @@
 //
 // Each unary call, and each stream when it opens, counts once (or WithCost
 // units) against the limit of its caller, by default the client IP address
-// (WithKey, WithTrustedProxies). Methods can have their own limiters
+// (WithKey, WithTrustedProxies), or against every level of its tenant's
+// tree, such as its organisation's, team's and API key's limits at once
+// (WithTree). Methods can have their own limiters
 // (WithMethodLimiters, WithLimiterFunc), streams can also be limited per
 // received message (WithMessageLimit), and calls can give their units back
 // by status code (WithRefundFailed, WithRefundSuccessful) or be settled to

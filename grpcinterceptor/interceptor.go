@@ -13,7 +13,8 @@ import (
 // UnaryServerInterceptor returns an interceptor that counts each unary call
 // against lim, the limiter of every method that WithMethodLimiters or
 // WithLimiterFunc does not give another; a nil lim leaves those methods
-// unlimited. The caller is identified by WithKey, by default its IP address.
+// unlimited. The caller is identified by WithKey, by default its IP address,
+// or held to its tenant's tree of limits (WithTree).
 //
 // A denied call ends with codes.ResourceExhausted, before the handler runs.
 // Its status details are a google.rpc.RetryInfo, whose retry_delay is how

@@ -31,6 +31,7 @@ type config struct {
 	skipFunc     func(ctx context.Context, call Call) bool
 	cost         func(ctx context.Context, call Call) int
 	limits       func(ctx context.Context, call Call) []slidelimit.Limit
+	tree         func(ctx context.Context, call Call) (string, []slidelimit.Level, error)
 	refundFail   bool
 	refundOK     bool
 	failed       func(codes.Code) bool
@@ -147,6 +148,28 @@ func WithLimits(limits func(ctx context.Context, call Call) []slidelimit.Limit) 
 	return func(c *config) { c.limits = limits }
 }
 
+// WithTree holds each call to a tenant's tree: tree returns the tenant
+// the call belongs to and the levels it is limited at, such as its
+// organisation's, its team's and its API key's limits, read from its
+// token's claims, all decided at once by slidelimit.Limiter.AllowTree. The
+// call is admitted only if every level has room; a denial records nothing
+// at any level. tree takes the place of WithKey and WithLimits, for unary
+// calls and the opening of streams alike (a stream's messages, under
+// WithMessageLimit, are counted flat, by its key or the tenant). The
+// rate-limit fields list every level's limits by name, and a denial's
+// QuotaFailure and its fields name the limits that bound it, so give each
+// level's limits its level's name (slidelimit.Limit.Named). Costs,
+// settlement, refunds and places in flight act on every level. An error
+// of tree is handled as a key function's: a status error other than
+// codes.Internal or codes.Unknown, or ErrNoIdentity (codes.Unauthenticated),
+// is the caller's and refuses the call with it, unreported; any other
+// error, an empty tenant or an invalid tree refuses it with
+// codes.Internal and goes to the ErrorHook. The default, nil, limits by
+// WithKey's identity.
+func WithTree(tree func(ctx context.Context, call Call) (tenant string, levels []slidelimit.Level, err error)) Option {
+	return func(c *config) { c.tree = tree }
+}
+
 // WithRefundFailed makes failed calls not count: after the handler has
 // returned a status that WithFailedCode deems failed (by default any but
 // codes.OK), the call's units are given back with
@@ -243,8 +266,8 @@ func WithoutStreamOpenLimit() Option {
 // limiter and key: once the limiter denies, RecvMsg returns a
 // codes.ResourceExhausted error instead of the message, which the handler
 // usually returns. The key is computed once, when the stream opens; nil
-// means the call's key (WithKey). Unary calls are not affected. The default
-// limits no message.
+// means the call's key (WithKey), or its tenant under WithTree. Unary calls
+// are not affected. The default limits no message.
 func WithMessageLimit(lim *slidelimit.Limiter, key KeyFunc) Option {
 	return func(c *config) { c.msgLimiter, c.msgKey = lim, key }
 }

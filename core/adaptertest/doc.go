@@ -37,7 +37,10 @@
 //   - skip, limiter choice, cost and per-request limits;
 //   - tree: a tenant's tree of levels (Settings.Tree), admitted and denied
 //     at each level with nothing recorded at any on a denial, headers and
-//     denials naming the limit that bound, a failed or invalid tree,
+//     denials naming the limit that bound, a concurrent burst of many
+//     keys exactly within the organisation's quota on standalone Redis and
+//     on Redis Cluster, a failed or invalid tree, Redis down under each
+//     failure policy (fail-local limiting every level in the process),
 //     settlement and refund at every level, and a place in flight held at
 //     a level and given back;
 //   - client IP: every proxy scenario of redistest.ClientIPScenarios and

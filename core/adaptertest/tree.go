@@ -1,13 +1,17 @@
 package adaptertest
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/redistest"
 )
@@ -42,7 +46,9 @@ func limits(ls ...slidelimit.Limit) []slidelimit.Limit { return ls }
 func tree(t *testing.T, a Adapter) {
 	for _, sc := range []scenario{
 		{"levels", treeLevels},
+		{"burst", treeBurst},
 		{"errors", treeErrors},
+		{"failure", treeFailure},
 		{"settle", treeSettle},
 		{"in flight", treeInFlight},
 	} {
@@ -125,6 +131,52 @@ func treeLevels(t *testing.T, a Adapter) {
 	}
 }
 
+// treeBurst sends concurrent requests of many keys of two teams, each
+// team allowed 6, against an organisation allowed 10, on standalone Redis
+// and on Redis Cluster: exactly the organisation's 10 are admitted.
+func treeBurst(t *testing.T, a Adapter) {
+	for _, rc := range []struct {
+		name string
+		rdb  func(testing.TB) redis.Scripter
+	}{
+		{"standalone", func(t testing.TB) redis.Scripter { return redistest.Client(t) }},
+		{"cluster", func(t testing.TB) redis.Scripter { return redistest.ClusterClient(t) }},
+	} {
+		t.Run(rc.name, func(t *testing.T) {
+			const quota, n = 10, 40
+			srv := a(t, Settings{
+				Limiter: NewLimiter(t, rc.rdb(t), slidelimit.Per(1000, time.Minute)),
+				Tree: treeOf(limits(slidelimit.PerMinute(quota).Named("org")), limits(slidelimit.PerMinute(6).Named("team")),
+					limits(slidelimit.PerMinute(2).Named("key"))),
+			})
+			busyLoops(t)
+			var admitted, denied atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					switch r := get(t, srv, "/a", TreeHeader, fmt.Sprintf("t%d/k%d", i%2, i)); r.Status {
+					case http.StatusOK:
+						admitted.Add(1)
+					case http.StatusTooManyRequests:
+						denied.Add(1)
+					default:
+						t.Errorf("burst request = %d, want 200 or 429", r.Status)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if admitted.Load() != quota || denied.Load() != n-quota {
+				t.Errorf("burst of %d: %d admitted, %d denied; want %d, %d", n, admitted.Load(), denied.Load(), quota, n-quota)
+			}
+		})
+	}
+}
+
 // treeErrors checks a tree function's error and an invalid tree: each is
 // the server's error, reported to the hook, and records nothing.
 func treeErrors(t *testing.T, a Adapter) {
@@ -140,6 +192,76 @@ func treeErrors(t *testing.T, a Adapter) {
 	r := get(t, srv, "/a", TreeHeader, "t/k")
 	if got := r.Header.Get(slidelimit.FieldRateLimit); r.Status != http.StatusOK || !strings.HasPrefix(got, `"org";r=4;`) {
 		t.Errorf("request after the failed ones = %d with RateLimit %q, want 200 with the organisation's 4 left", r.Status, got)
+	}
+}
+
+// treeFailure stops Redis under each failure policy while requests of a
+// tree come: fail-open admits them with no quota fields, fail-closed
+// answers 503, fail-local limits them in the process at every level, the
+// key's limit denying as it would with Redis; each failure reaches the
+// error hook, and limiting comes back with Redis.
+func treeFailure(t *testing.T, a Adapter) {
+	for _, tt := range []struct {
+		policy slidelimit.FailurePolicy
+		down   []int // the statuses of four requests of one key with Redis down
+	}{
+		{slidelimit.FailOpen, Statuses(4, http.StatusOK)},
+		{slidelimit.FailClosed, Statuses(4, http.StatusServiceUnavailable)},
+		{slidelimit.FailLocal, Statuses(2, http.StatusOK, http.StatusTooManyRequests, http.StatusTooManyRequests)},
+	} {
+		t.Run(tt.policy.String(), func(t *testing.T) {
+			t.Parallel()
+			redisSrv := redistest.StartServer(t)
+			rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+			t.Cleanup(func() { _ = rdb.Close() })
+			lim, err := slidelimit.New(rdb, slidelimit.Per(1000, time.Minute), slidelimit.WithPrefix(redistest.Prefix(t)),
+				slidelimit.WithFailurePolicy(tt.policy), slidelimit.WithBreaker(0, 0), slidelimit.WithDenyCache(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var errs ErrorLog
+			srv := a(t, Settings{Limiter: lim, Hook: errs.Hook,
+				Tree: treeOf(limits(slidelimit.PerMinute(10).Named("org")), limits(slidelimit.PerMinute(10).Named("team")),
+					limits(slidelimit.PerMinute(2).Named("key")))})
+			if r := get(t, srv, "/a", TreeHeader, "t/up"); r.Status != http.StatusOK || r.Header.Get(slidelimit.FieldRateLimit) == "" {
+				t.Fatalf("request with Redis up = %d with RateLimit %q, want 200 with", r.Status, r.Header.Get(slidelimit.FieldRateLimit))
+			}
+
+			redisSrv.Stop()
+			for i, want := range tt.down {
+				r := get(t, srv, "/a", TreeHeader, "t/down")
+				what := fmt.Sprintf("%v: request %d of a tree with Redis down", tt.policy, i+1)
+				if r.Status != want {
+					t.Errorf("%s = %d, want %d", what, r.Status, want)
+				}
+				if tt.policy == slidelimit.FailLocal {
+					if got := remainingByName(r.Header.Get(slidelimit.FieldRateLimit)); len(got) != 3 {
+						t.Errorf("%s: RateLimit %q, want the local shares of every level", what, r.Header.Get(slidelimit.FieldRateLimit))
+					}
+				} else {
+					noQuotaFields(t, what, r)
+				}
+				if want == http.StatusTooManyRequests && r.Header.Get(slidelimit.FieldXRateLimitLimit) != "2" {
+					t.Errorf("%s: X-RateLimit-Limit %q, want the key's 2", what, r.Header.Get(slidelimit.FieldXRateLimitLimit))
+				}
+				if e := errs.Take(); len(e) != 1 || !errors.Is(e[0], slidelimit.ErrUnavailable) {
+					t.Errorf("%s: hook got %v, want one error wrapping ErrUnavailable", what, e)
+				}
+			}
+
+			redisSrv.Restart()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				r := get(t, srv, "/a", TreeHeader, "t/back")
+				if r.Header.Get(slidelimit.FieldRateLimit) != "" && len(errs.Take()) == 0 {
+					break // decided by Redis: no failure reported
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("request after Redis came back = %d with RateLimit %q, want limiting back", r.Status, r.Header.Get(slidelimit.FieldRateLimit))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }
 
