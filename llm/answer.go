@@ -156,6 +156,10 @@ func writeDenial(w http.ResponseWriter, api API, res slidelimit.Result, cost int
 		res.RetryAfter = min(res.RetryAfter, inFlightRetry)
 	}
 	w.Header().Set("Retry-After", retryAfter(res.RetryAfter))
+	// The official SDKs prefer it to Retry-After, which rounds up to whole
+	// seconds a wait that a token window's step makes as short as a
+	// millisecond.
+	w.Header().Set("Retry-After-Ms", strconv.FormatInt(int64(max((res.RetryAfter+time.Millisecond-1)/time.Millisecond, 1)), 10))
 	msg := denialMessage(res, cost)
 	if api == Anthropic {
 		writeJSON(w, http.StatusTooManyRequests, anthropicError{Type: "error", Error: anthropicDetail{Type: "rate_limit_error", Message: msg}})

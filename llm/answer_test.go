@@ -86,6 +86,9 @@ func TestDenialBodies(t *testing.T) {
 	if got := rec.Header().Get("Retry-After"); got != "2" {
 		t.Errorf("Retry-After = %q, want 2", got)
 	}
+	if got := rec.Header().Get("Retry-After-Ms"); got != "1500" {
+		t.Errorf("Retry-After-Ms = %q, want 1500", got)
+	}
 	rec = httptest.NewRecorder()
 	writeDenial(rec, Anthropic, denial(), 700)
 	var an struct {

@@ -58,7 +58,8 @@ type CallerFunc func(r *http.Request, req Request) (Caller, error)
 // "20ms") and the same of tokens, replacing any the next handler sets, or
 // Anthropic's anthropic-ratelimit-requests-limit, -remaining, -reset (an
 // RFC 3339 time) and the same of tokens. A denial is answered 429 with
-// Retry-After and the API's error body: OpenAI's
+// Retry-After (whole seconds, rounded up), Retry-After-Ms (which the
+// official SDKs prefer) and the API's error body: OpenAI's
 // {"error":{"message":…,"type":"requests" or "tokens","param":null,"code":"rate_limit_exceeded"}},
 // Anthropic's {"type":"error","error":{"type":"rate_limit_error","message":…}}.
 // A denial by a limit of requests in flight says to retry within a second:
