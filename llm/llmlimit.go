@@ -71,9 +71,15 @@ type CallerFunc func(r *http.Request, req Request) (Caller, error)
 //
 // When Redis fails, lim's FailurePolicy decides: under FailOpen, the
 // default, the request goes on without rate-limit header fields; under
-// FailClosed it is answered 503 with Retry-After. The middleware is safe
-// for concurrent use.
+// FailClosed it is answered 503 with Retry-After. A nil lim, or a nil
+// callers, fails every limited request (500). The middleware is safe for
+// concurrent use.
 func New(lim *slidelimit.Limiter, callers CallerFunc, opts ...Option) func(http.Handler) http.Handler {
+	if callers == nil {
+		callers = func(*http.Request, Request) (Caller, error) {
+			return Caller{}, fmt.Errorf("%w: no caller function", ErrInvalidCaller)
+		}
+	}
 	m := &middleware{config: newConfig(opts), callers: callers}
 	m.flow = adapter.Flow[*exchange]{
 		Name: "llmlimit", Limiter: lim,

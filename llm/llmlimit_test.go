@@ -319,3 +319,16 @@ func TestOnRedisCluster(t *testing.T) {
 		}
 	}
 }
+
+func TestNilLimiterOrCallersFail(t *testing.T) {
+	for name, h := range map[string]http.Handler{
+		"nil limiter": llmlimit.New(nil, func(*http.Request, llmlimit.Request) (llmlimit.Caller, error) {
+			return llmlimit.Caller{Levels: []llmlimit.Level{{Name: "key", ID: "k", Limits: llmlimit.Limits{Requests: 1}}}}, nil
+		}, llmlimit.WithErrorHook(func(*http.Request, error) {}))(&fakeAPI{}),
+		"nil callers": llmlimit.New(nil, nil, llmlimit.WithErrorHook(func(*http.Request, error) {}))(&fakeAPI{}),
+	} {
+		if w := send(h, "/v1/chat/completions", "sk-1", chat); w.Code != 500 || !json.Valid(w.Body.Bytes()) {
+			t.Errorf("%s: %d %s, want 500 with a JSON body", name, w.Code, w.Body)
+		}
+	}
+}
