@@ -63,11 +63,12 @@ func openAIDuration(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
-// setFields writes res's rate-limit header fields for api on h, replacing
+// setFields writes res's rate-limit header fields for api on h, tokens
+// counted in units of unit, replacing
 // any there: nothing for a decision Redis did not make (a Fallback but a
 // Local one) or one the limiter made in shadow mode, whose fields would
 // report limits the client is not held to.
-func setFields(h http.Header, api API, res slidelimit.Result, now time.Time) {
+func setFields(h http.Header, api API, res slidelimit.Result, unit int, now time.Time) {
 	if res.Shadow || res.Fallback && !res.Local {
 		return
 	}
@@ -76,7 +77,11 @@ func setFields(h http.Header, api API, res slidelimit.Result, now time.Time) {
 		if !ok {
 			continue
 		}
-		limit, remaining := strconv.Itoa(s.Limit.Quota), strconv.Itoa(max(s.Remaining, 0))
+		per := 1
+		if !requests {
+			per = unit
+		}
+		limit, remaining := strconv.Itoa(s.Limit.Quota*per), strconv.Itoa(max(s.Remaining, 0)*per)
 		switch {
 		case api == Anthropic && requests:
 			h.Set(FieldAnthropicRequestsLimit, limit)
@@ -124,25 +129,25 @@ func kind(res slidelimit.Result) string {
 	return "tokens"
 }
 
-// denialMessage says which limit denied a request of cost units, and when
-// to try again.
-func denialMessage(res slidelimit.Result, cost int) string {
+// denialMessage says which limit denied a request of cost tokens, counted
+// in units of unit, and when to try again.
+func denialMessage(res slidelimit.Result, cost, unit int) string {
 	level := ""
 	for _, s := range res.Statuses {
 		if s.Limit.String() == res.Limit.String() && s.Level != "" {
 			level = " on " + s.Level
 		}
 	}
-	what := "tokens"
+	what, per := "tokens", unit
 	requested := cost
 	switch {
 	case res.Limit.InFlight:
-		what, requested = "requests in flight", 1
+		what, requested, per = "requests in flight", 1, 1
 	case res.Limit.Requests:
-		what, requested = "requests", 1
+		what, requested, per = "requests", 1, 1
 	}
 	return fmt.Sprintf("Rate limit reached for %s (%s)%s: Limit %d, Remaining %d, Requested %d. Please try again in %s.",
-		what, res.Limit, level, res.Limit.Quota, max(res.Remaining, 0), requested, openAIDuration(res.RetryAfter))
+		what, res.Limit, level, res.Limit.Quota*per, max(res.Remaining, 0)*per, requested, openAIDuration(res.RetryAfter))
 }
 
 // inFlightRetry is how soon a request denied by a limit of requests in
@@ -150,8 +155,9 @@ func denialMessage(res slidelimit.Result, cost int) string {
 // lease, the denial's RetryAfter, only bounds.
 const inFlightRetry = time.Second
 
-// writeDenial answers a denied request 429 as api does, with Retry-After.
-func writeDenial(w http.ResponseWriter, api API, res slidelimit.Result, cost int) {
+// writeDenial answers a denied request of cost tokens 429 as api does,
+// with Retry-After; tokens are counted in units of unit.
+func writeDenial(w http.ResponseWriter, api API, res slidelimit.Result, cost, unit int) {
 	if res.Limit.InFlight {
 		res.RetryAfter = min(res.RetryAfter, inFlightRetry)
 	}
@@ -160,7 +166,7 @@ func writeDenial(w http.ResponseWriter, api API, res slidelimit.Result, cost int
 	// seconds a wait that a token window's step makes as short as a
 	// millisecond.
 	w.Header().Set("Retry-After-Ms", strconv.FormatInt(int64(max((res.RetryAfter+time.Millisecond-1)/time.Millisecond, 1)), 10))
-	msg := denialMessage(res, cost)
+	msg := denialMessage(res, cost, unit)
 	if api == Anthropic {
 		writeJSON(w, http.StatusTooManyRequests, anthropicError{Type: "error", Error: anthropicDetail{Type: "rate_limit_error", Message: msg}})
 		return
