@@ -226,25 +226,22 @@ func TestLLMSDKsSettleExactly(t *testing.T) {
 	t.Logf("5 requests through the SDKs: %d tokens reported by the API, %d counted", reported, g.tokensCounted(t, "sk-usage"))
 }
 
-// TestLLMSDKsOn429 holds a key to 1 request per 2 s: the SDKs surface a
-// denial as the API's own error (OpenAI's type "requests" and code
-// rate_limit_exceeded, Anthropic's rate_limit_error), and, when they
-// retry, wait at least until the reset the 429's header fields said.
+// TestLLMSDKsOn429 holds a key to 1 request per 3 s: the SDKs, when they
+// retry, wait at least until the reset the 429's header fields said, and
+// without retries surface the denial as the API's own error (OpenAI's type
+// "requests" and code rate_limit_exceeded, Anthropic's rate_limit_error).
+// Each denial follows an admission at once, well within the window even
+// on a busy machine.
 func TestLLMSDKsOn429(t *testing.T) {
-	g := newSDKGateway(t, &sdkUpstream{}, 1, 2*time.Second)
+	g := newSDKGateway(t, &sdkUpstream{}, 1, 3*time.Second)
 	ctx := t.Context()
 
 	oaParams := openai.ChatCompletionNewParams{Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")}, MaxTokens: openai.Int(10)}
 	oa := openai.NewClient(option.WithBaseURL(g.url+"/v1/"), option.WithAPIKey("sk-openai"), option.WithMaxRetries(0))
+	retrying := openai.NewClient(option.WithBaseURL(g.url+"/v1/"), option.WithAPIKey("sk-openai"), option.WithMaxRetries(3))
 	if _, err := oa.Chat.Completions.New(ctx, oaParams); err != nil {
 		t.Fatal(err)
 	}
-	_, err := oa.Chat.Completions.New(ctx, oaParams)
-	var oaErr *openai.Error
-	if !errors.As(err, &oaErr) || oaErr.StatusCode != http.StatusTooManyRequests || oaErr.Type != "requests" || oaErr.Code != "rate_limit_exceeded" {
-		t.Fatalf("OpenAI SDK on a 429: %v, want an *openai.Error of type requests and code rate_limit_exceeded", err)
-	}
-	retrying := openai.NewClient(option.WithBaseURL(g.url+"/v1/"), option.WithAPIKey("sk-openai"), option.WithMaxRetries(3))
 	from := g.count()
 	if _, err := retrying.Chat.Completions.New(ctx, oaParams); err != nil {
 		t.Fatalf("OpenAI SDK retrying: %v", err)
@@ -256,18 +253,18 @@ func TestLLMSDKsOn429(t *testing.T) {
 		}
 		return answered.Add(d)
 	})
+	_, err := oa.Chat.Completions.New(ctx, oaParams)
+	var oaErr *openai.Error
+	if !errors.As(err, &oaErr) || oaErr.StatusCode != http.StatusTooManyRequests || oaErr.Type != "requests" || oaErr.Code != "rate_limit_exceeded" {
+		t.Fatalf("OpenAI SDK on a 429: %v, want an *openai.Error of type requests and code rate_limit_exceeded", err)
+	}
 
 	anParams := anthropic.MessageNewParams{Model: "claude-test", MaxTokens: 10, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Hello"))}}
 	an := anthropic.NewClient(anthropicoption.WithBaseURL(g.url), anthropicoption.WithAPIKey("sk-anthropic"), anthropicoption.WithMaxRetries(0))
+	anRetrying := anthropic.NewClient(anthropicoption.WithBaseURL(g.url), anthropicoption.WithAPIKey("sk-anthropic"), anthropicoption.WithMaxRetries(3))
 	if _, err := an.Messages.New(ctx, anParams); err != nil {
 		t.Fatal(err)
 	}
-	_, err = an.Messages.New(ctx, anParams)
-	var anErr *anthropic.Error
-	if !errors.As(err, &anErr) || anErr.StatusCode != http.StatusTooManyRequests || anErr.Type() != "rate_limit_error" {
-		t.Fatalf("Anthropic SDK on a 429: %v, want an *anthropic.Error of type rate_limit_error", err)
-	}
-	anRetrying := anthropic.NewClient(anthropicoption.WithBaseURL(g.url), anthropicoption.WithAPIKey("sk-anthropic"), anthropicoption.WithMaxRetries(3))
 	from = g.count()
 	if _, err := anRetrying.Messages.New(ctx, anParams); err != nil {
 		t.Fatalf("Anthropic SDK retrying: %v", err)
@@ -279,6 +276,11 @@ func TestLLMSDKsOn429(t *testing.T) {
 		}
 		return reset
 	})
+	_, err = an.Messages.New(ctx, anParams)
+	var anErr *anthropic.Error
+	if !errors.As(err, &anErr) || anErr.StatusCode != http.StatusTooManyRequests || anErr.Type() != "rate_limit_error" {
+		t.Fatalf("Anthropic SDK on a 429: %v, want an *anthropic.Error of type rate_limit_error", err)
+	}
 }
 
 func (g *sdkGateway) count() int {
@@ -296,7 +298,7 @@ func (g *sdkGateway) checkRetries(t *testing.T, sdk string, from int, resetOf fu
 	attempts := append([]sdkAttempt(nil), g.attempts[from:]...)
 	g.mu.Unlock()
 	if len(attempts) < 2 || attempts[0].status != http.StatusTooManyRequests || attempts[len(attempts)-1].status != http.StatusOK {
-		t.Fatalf("%s SDK: %d attempts, want a 429 then, after its retries, a 200", sdk, len(attempts))
+		t.Fatalf("%s SDK: attempts %v, want a 429 then, after its retries, a 200", sdk, statuses(attempts))
 	}
 	for i, a := range attempts[:len(attempts)-1] {
 		if a.status != http.StatusTooManyRequests {
@@ -309,4 +311,12 @@ func (g *sdkGateway) checkRetries(t *testing.T, sdk string, from int, resetOf fu
 		t.Logf("%s SDK: a 429 (Retry-After %s), retried %v after it, %v after the reset it said", sdk, a.header.Get("Retry-After"),
 			next.Sub(a.answered).Round(time.Millisecond), next.Sub(reset).Round(time.Millisecond))
 	}
+}
+
+func statuses(attempts []sdkAttempt) []int {
+	var s []int
+	for _, a := range attempts {
+		s = append(s, a.status)
+	}
+	return s
 }
