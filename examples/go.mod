@@ -13,6 +13,7 @@ require (
 	github.com/slidelimit/slidelimit/fiber v0.1.0
 	github.com/slidelimit/slidelimit/gin v0.1.0
 	github.com/slidelimit/slidelimit/grpcinterceptor v0.1.0
+	github.com/slidelimit/slidelimit/llm v0.1.0
 	github.com/slidelimit/slidelimit/prometheus v0.1.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237
 	google.golang.org/grpc v1.64.1
@@ -72,5 +73,6 @@ replace (
 	github.com/slidelimit/slidelimit/fiber => ../fiber
 	github.com/slidelimit/slidelimit/gin => ../gin
 	github.com/slidelimit/slidelimit/grpcinterceptor => ../grpcinterceptor
+	github.com/slidelimit/slidelimit/llm => ../llm
 	github.com/slidelimit/slidelimit/prometheus => ../prometheus
 )

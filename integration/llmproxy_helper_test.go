@@ -182,8 +182,8 @@ type llmOutcome struct {
 	end      time.Time
 	status   int
 	err      string
-	policy   string // the limit that denied it
-	limited  bool   // the answer carried RateLimit header fields
+	policy   string // what denied it: "requests" or "tokens" (OpenAI's error type)
+	limited  bool   // the answer carried x-ratelimit- header fields
 	estimate int    // the tokens the proxy reserved for it
 	total    int    // the tokens it used, from its usage
 }
@@ -242,38 +242,39 @@ func (f *llmFleet) send(ctx context.Context, hc *http.Client, rep *llmProcess, k
 	system := "You are terse."
 	maxTokens := k.maxTokens[0] + rng.IntN(k.maxTokens[1]-k.maxTokens[0]+1)
 	stream := rng.IntN(3) == 0
-	// The proxy's estimate: 3, and 3 per message and one per 4 bytes of
-	// its text, and max_tokens.
-	o.estimate = 3 + (3 + (len(system)+3)/4) + (3 + (len(user)+3)/4) + maxTokens
-	body, _ := json.Marshal(map[string]any{
-		"model":      "fake",
-		"messages":   []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": user}},
-		"max_tokens": maxTokens,
-		"stream":     stream,
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+rep.addr+"/v1/chat/completions", bytes.NewReader(body))
+	messages := []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": user}}
+	// The proxy's estimate (llmlimit.Estimate): one token per 4 bytes of
+	// the messages' JSON, and max_tokens.
+	raw, _ := json.Marshal(messages)
+	o.estimate = (len(raw)+3)/4 + maxTokens
+	req := map[string]any{"model": "fake", "messages": messages, "max_tokens": maxTokens, "stream": stream}
+	if stream {
+		req["stream_options"] = map[string]bool{"include_usage": true} // to read the usage the proxy settles
+	}
+	body, _ := json.Marshal(req)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+rep.addr+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		panic(err) // not reached: the URL is the test's own
 	}
-	req.Header.Set("Authorization", "Bearer "+k.name)
-	req.Header.Set("X-Request-Id", fmt.Sprintf("%s-%d", k.name, f.seq.Add(1)))
-	resp, err := hc.Do(req)
+	hreq.Header.Set("Authorization", "Bearer "+k.name)
+	hreq.Header.Set("X-Request-Id", fmt.Sprintf("%s-%d", k.name, f.seq.Add(1)))
+	resp, err := hc.Do(hreq)
 	if err != nil {
 		o.end, o.err = time.Now(), err.Error()
 		return o
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	o.end, o.status, o.limited = time.Now(), resp.StatusCode, resp.Header.Get("RateLimit") != ""
+	o.end, o.status, o.limited = time.Now(), resp.StatusCode, resp.Header.Get("X-Ratelimit-Limit-Tokens") != ""
 	if err != nil {
 		o.err = err.Error()
 		return o
 	}
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
-		var p struct{ Policy string }
+		var p struct{ Error struct{ Type string } }
 		_ = json.Unmarshal(b, &p)
-		o.policy = p.Policy
+		o.policy = p.Error.Type
 	case http.StatusOK:
 		total, ok := lastUsage(b)
 		if !ok {
@@ -324,9 +325,11 @@ func newLLMPeek(t *testing.T, addr string) *llmPeek {
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.AddHook(scriptCounter{&p.calls})
 	var err error
-	// The token limit at the proxy's step (its tokenLimit), so as to read its log.
-	p.lim, err = slidelimit.New(rdb, slidelimit.Per(llmTPM, llmWindow).Stepped(llmWindow/1000).Named("tpm"),
-		slidelimit.WithLimits(slidelimit.Per(llmRPM, llmWindow).ForRequests().Named("rpm"), slidelimit.InFlight(llmInFlight, llmLease).Named("inflight")),
+	// The key's limits as llmlimit counts them (tokens at a thousandth of
+	// their window), so as to read their logs: a caller of one level, its
+	// key, is the tenant "key:" and the key.
+	p.lim, err = slidelimit.New(rdb, slidelimit.Per(llmTPM, llmWindow).Stepped(llmWindow/1000).Named("key-tokens"),
+		slidelimit.WithLimits(slidelimit.Per(llmRPM, llmWindow).ForRequests().Named("key-requests"), slidelimit.InFlight(llmInFlight, llmLease).Named("key-in-flight")),
 		slidelimit.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -337,15 +340,15 @@ func newLLMPeek(t *testing.T, addr string) *llmPeek {
 // usage returns the tokens and requests key's windows hold now.
 func (p *llmPeek) usage(t *testing.T, key string) (tokens, requests int) {
 	t.Helper()
-	res, err := p.lim.Peek(t.Context(), slidelimit.HeaderIdentity("authorization", key))
+	res, err := p.lim.Peek(t.Context(), "key:"+key)
 	if err != nil {
 		t.Fatalf("Peek(%s): %v", key, err)
 	}
 	for _, s := range res.Statuses {
 		switch s.Limit.Name {
-		case "tpm":
+		case "key-tokens":
 			tokens = llmTPM - s.Remaining
-		case "rpm":
+		case "key-requests":
 			requests = llmRPM - s.Remaining
 		}
 	}

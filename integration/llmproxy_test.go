@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -77,11 +78,15 @@ func TestLLMProxyFleet(t *testing.T) {
 	up := startLLMProcess(t, bins["upstream"], "ADDR=127.0.0.1:0",
 		"MIN_LATENCY="+llmMinLatency.String(), "MAX_LATENCY="+llmMaxLatency.String(), "WINDOW="+llmWindow.String(), "LOG_REQUESTS=10000000")
 	var replicas []*llmProcess
+	// Every key, each with a count of its own ("*"), under the same limits.
+	config := filepath.Join(t.TempDir(), "llmproxy.json")
+	if err := os.WriteFile(config, fmt.Appendf(nil, `{"window":%q,"lease":%q,"redisTimeout":"5s","keys":{"*":{"limits":{"requests":%d,"tokens":%d,"inFlight":%d}}}}`,
+		llmWindow, llmLease, llmRPM, llmTPM, llmInFlight), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
 		replicas = append(replicas, startLLMProcess(t, bins["proxy"], "ADDR=127.0.0.1:0", "UPSTREAM=http://"+up.addr,
-			"REDIS_URL=redis://"+rdb.Options().Addr+"/0", "REDIS_CLUSTER_ADDRS=", "REDIS_TIMEOUT=5s",
-			fmt.Sprint("RPM=", llmRPM), fmt.Sprint("TPM=", llmTPM), fmt.Sprint("INFLIGHT=", llmInFlight),
-			"WINDOW="+llmWindow.String(), "LEASE="+llmLease.String()))
+			"REDIS_ADDRS="+rdb.Options().Addr, "CONFIG="+config))
 	}
 	victim := replicas[2]
 	peek := newLLMPeek(t, rdb.Options().Addr)

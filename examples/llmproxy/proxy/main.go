@@ -1,58 +1,23 @@
-// Command proxy is a reverse proxy in front of an OpenAI-compatible API that
-// limits each API key, across every replica of the proxy on one Redis, to
-// requests per window, tokens per window and requests in flight:
+// Command proxy is a gateway in front of an OpenAI-compatible or Anthropic
+// API that limits each API key, its team and its organisation, across
+// every replica on one Redis, as the API limits its own clients: requests
+// and tokens per window, requests in flight, a daily or monthly token
+// budget, and shadow limits being rolled out (package llmlimit). Keys,
+// teams and organisations come from a JSON file (see llmproxy.json); a key
+// is the bearer token of Authorization, or Anthropic's x-api-key.
 //
-//   - requests: each request counts one (slidelimit.Limit.ForRequests);
-//   - tokens: each request reserves its prompt's estimate plus its
-//     max_tokens when it is admitted, and is settled to the usage the API
-//     reports (httplimit.WithSettle, httplimit.TotalTokens), so that the
-//     tokens it did not use are free again at once;
-//   - in flight: each request holds a place from its admission until its
-//     answer ends (slidelimit.InFlight). A replica that dies holding places
-//     frees them after LEASE; the requests it never settled keep their
-//     reservations.
-//
-// It proxies POST /v1/chat/completions, JSON and streamed. The key is the
-// bearer token of the Authorization header, which is passed on. The
-// prompt's estimate is 3 tokens for each message, 3 to prime the reply and
-// one for every 4 bytes of the messages' text, as English averages; the API
-// counts with its own tokenizer, so a request may use a few tokens more
-// than it reserved, which its settlement records. A streamed request is
-// made to ask for its usage ("stream_options":{"include_usage":true}), so
-// that it can be settled too. A request the API refuses (4xx) is given
-// back whole; one whose usage never comes keeps its reservation.
-//
-// Environment:
-//
-//	ADDR                 listen address (default ":8080")
-//	UPSTREAM             the API's base URL (default "http://127.0.0.1:9090")
-//	RPM                  requests per WINDOW per API key (default 60)
-//	TPM                  tokens per WINDOW per API key (default 100000)
-//	INFLIGHT             requests in flight per API key (default 4)
-//	WINDOW               the window of RPM and TPM (default "1m")
-//	LEASE                the longest a request may take: it is cut off
-//	                     then, and the places in flight of a replica that
-//	                     dies are free after it (default "2m")
-//	DEFAULT_MAX_TOKENS   the reservation of a request without max_tokens
-//	                     (default 4096)
-//	API_KEYS             the keys to accept, comma-separated; unset, any
-//	                     key, which leaves checking keys to the API and
-//	                     gives every invented key a quota of its own
-//	REDIS_TIMEOUT        how long to wait for Redis before the request
-//	                     passes unlimited (default "100ms")
-//	REDIS_URL            Redis to use (default "redis://127.0.0.1:6379/0")
-//	REDIS_CLUSTER_ADDRS  host:port,host:port,... selects Redis Cluster instead
-//
-// It stops gracefully on SIGINT or SIGTERM.
+// Environment: ADDR (":8080"), UPSTREAM ("http://127.0.0.1:9090", the
+// API's base URL without /v1), CONFIG ("llmproxy.json"), REDIS_ADDRS
+// ("127.0.0.1:6379"; host:port,host:port,... for Redis Cluster). It stops
+// gracefully on SIGINT or SIGTERM.
 package main
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
@@ -60,15 +25,123 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
-	"github.com/slidelimit/slidelimit/core/httplimit"
+	"github.com/slidelimit/slidelimit/llm"
 )
+
+// config is the file CONFIG names. Window is that of requests and tokens
+// (default "1m"); Lease how long a dead replica's places in flight stay
+// taken ("1m"); RedisTimeout how long to wait for Redis before a request
+// passes unlimited ("100ms"). A key of "*" stands for any key not listed,
+// each with a count of its own. A key is "in" a team, a team "in" an org.
+type config struct {
+	Window, Lease, RedisTimeout duration
+	Orgs, Teams, Keys           map[string]level
+}
+
+type level struct {
+	In             string
+	Limits, Shadow llmlimit.Limits
+}
+
+type duration struct{ time.Duration }
+
+func (d *duration) UnmarshalText(b []byte) (err error) {
+	d.Duration, err = time.ParseDuration(string(b))
+	return err
+}
+
+func readConfig(path string) (*config, error) {
+	c := &config{Window: duration{time.Minute}, Lease: duration{time.Minute}, RedisTimeout: duration{slidelimit.DefaultTimeout}}
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, c)
+	}
+	for _, g := range [][2]map[string]level{{c.Keys, c.Teams}, {c.Teams, c.Orgs}} { // keys in teams, teams in orgs
+		for name, l := range g[0] {
+			if _, ok := g[1][l.In]; l.In != "" && !ok {
+				err = errors.Join(err, fmt.Errorf("%q is in %q, which is not listed", name, l.In))
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// caller returns the levels of a request's key: its org's, its team's and
+// its own.
+func (c *config) caller(r *http.Request, _ llmlimit.Request) (llmlimit.Caller, error) {
+	key := cmp.Or(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), r.Header.Get("X-Api-Key"))
+	k, ok := c.Keys[key]
+	if star, listed := c.Keys["*"]; !ok && listed {
+		k, ok = star, true
+	}
+	if key == "" || !ok {
+		return llmlimit.Caller{}, llmlimit.ErrUnknownCaller
+	}
+	levels := []llmlimit.Level{{Name: "key", ID: key, Limits: k.Limits, Shadow: k.Shadow}}
+	for name, in, of := "team", k.In, c.Teams; in != ""; name, of = "org", c.Orgs {
+		l := of[in]
+		levels = append([]llmlimit.Level{{Name: name, ID: in, Limits: l.Limits, Shadow: l.Shadow}}, levels...)
+		in = l.In // an org's is ""
+	}
+	return llmlimit.Caller{Levels: levels}, nil
+}
+
+// newHandler proxies every request to upstream, those to the API through lim.
+func newHandler(lim *slidelimit.Limiter, c *config, upstream *url.URL) http.Handler {
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(upstream); r.SetXForwarded() }}
+	mux := http.NewServeMux()
+	mux.Handle("/", llmlimit.New(lim, c.caller, llmlimit.WithWindow(c.Window.Duration), llmlimit.WithLease(c.Lease.Duration))(proxy))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	return mux
+}
+
+func run(ctx context.Context) error {
+	c, err := readConfig(cmp.Or(os.Getenv("CONFIG"), "llmproxy.json"))
+	if err != nil {
+		return err
+	}
+	upstream, err := url.Parse(cmp.Or(os.Getenv("UPSTREAM"), "http://127.0.0.1:9090"))
+	if err != nil || upstream.Host == "" {
+		return fmt.Errorf("UPSTREAM: %q is not a URL", os.Getenv("UPSTREAM"))
+	}
+	// One address is a standalone Redis; several are Redis Cluster's. ContextTimeoutEnabled:
+	// a dead Redis costs a request at most RedisTimeout.
+	addrs := strings.Split(cmp.Or(os.Getenv("REDIS_ADDRS"), "127.0.0.1:6379"), ",")
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	// The limiter's own limit takes no part: each request is held to its key's tree.
+	lim, err := slidelimit.New(rdb, slidelimit.PerMinute(1), slidelimit.WithTimeout(c.RedisTimeout.Duration))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cmp.Or(os.Getenv("ADDR"), ":8080"))
+	if err != nil {
+		return err
+	}
+	log.Printf("listening on %s and proxying to %s for %d keys, %d teams, %d orgs", ln.Addr(), upstream, len(c.Keys), len(c.Teams), len(c.Orgs))
+	srv := &http.Server{Handler: newHandler(lim, c, upstream), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() {
+		<-ctx.Done()
+		// Requests in flight may take their lease; then the lease frees their places.
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Lease.Duration)
+		defer cancel()
+		done <- srv.Shutdown(shutdownCtx)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return <-done
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -77,290 +150,4 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-}
-
-// settings are the proxy's environment, parsed.
-type settings struct {
-	upstream         *url.URL
-	rpm, tpm         slidelimit.Limit
-	inFlight         slidelimit.Limit
-	defaultMaxTokens int
-	keys             map[string]bool // nil: any
-	redisTimeout     time.Duration
-}
-
-func readSettings() (settings, error) {
-	var s settings
-	var err error
-	if s.upstream, err = url.Parse(envOr("UPSTREAM", "http://127.0.0.1:9090")); err != nil || s.upstream.Host == "" {
-		return s, fmt.Errorf("UPSTREAM: %q is not a URL", os.Getenv("UPSTREAM"))
-	}
-	window, err := time.ParseDuration(envOr("WINDOW", "1m"))
-	if err != nil {
-		return s, fmt.Errorf("WINDOW: %w", err)
-	}
-	lease, err := time.ParseDuration(envOr("LEASE", "2m"))
-	if err != nil {
-		return s, fmt.Errorf("LEASE: %w", err)
-	}
-	if s.redisTimeout, err = time.ParseDuration(envOr("REDIS_TIMEOUT", slidelimit.DefaultTimeout.String())); err != nil {
-		return s, fmt.Errorf("REDIS_TIMEOUT: %w", err)
-	}
-	var rpm, tpm, inFlight int
-	for _, v := range []struct {
-		to   *int
-		name string
-		def  int
-	}{{&rpm, "RPM", 60}, {&tpm, "TPM", 100000}, {&inFlight, "INFLIGHT", 4}, {&s.defaultMaxTokens, "DEFAULT_MAX_TOKENS", 4096}} {
-		if *v.to, err = strconv.Atoi(envOr(v.name, strconv.Itoa(v.def))); err != nil || *v.to < 1 {
-			return s, fmt.Errorf("%s: %q is not a positive number", v.name, os.Getenv(v.name))
-		}
-	}
-	s.rpm = slidelimit.Per(rpm, window).ForRequests().Named("rpm")
-	s.tpm = tokenLimit(tpm, window)
-	s.inFlight = slidelimit.InFlight(inFlight, lease).Named("inflight")
-	if keys := os.Getenv("API_KEYS"); keys != "" {
-		s.keys = make(map[string]bool)
-		for _, k := range strings.Split(keys, ",") {
-			s.keys[strings.TrimSpace(k)] = true
-		}
-	}
-	return s, nil
-}
-
-// run serves until ctx is done, then shuts down gracefully.
-func run(ctx context.Context) error {
-	s, err := readSettings()
-	if err != nil {
-		return err
-	}
-	rdb, err := newRedis()
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if err := rdb.Ping(pingCtx).Err(); err != nil {
-		log.Printf("redis does not answer yet (requests pass unlimited until it does): %v", err)
-	}
-	cancel()
-	lim, err := slidelimit.New(rdb, s.tpm, slidelimit.WithLimits(s.rpm, s.inFlight), slidelimit.WithTimeout(s.redisTimeout))
-	if err != nil {
-		return err
-	}
-
-	ln, err := net.Listen("tcp", envOr("ADDR", ":8080"))
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: newHandler(lim, s), ReadHeaderTimeout: 10 * time.Second}
-	log.Printf("listening on %s and proxying to %s; per API key %d requests and %d tokens per %v, %d in flight (lease %v)",
-		ln.Addr(), s.upstream, s.rpm.Quota, s.tpm.Quota, s.tpm.Window, s.inFlight.Quota, s.inFlight.Window)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Print("shutting down")
-	// Requests in flight may take up to their lease; a proxy stopped
-	// sooner leaves their places to the lease.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.inFlight.Window)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return err
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// newHandler proxies POST /v1/chat/completions to s.upstream, through
-// lim's limits per API key, and answers GET /healthz.
-func newHandler(lim *slidelimit.Limiter, s settings) http.Handler {
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(s.upstream)
-			r.SetXForwarded()
-		},
-		// Many requests to one host at once: keep their connections.
-		Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
-	}
-	limit := httplimit.New(lim,
-		httplimit.WithKey(func(r *http.Request) (string, error) {
-			return slidelimit.HeaderIdentity("authorization", apiKey(r)), nil
-		}),
-		httplimit.WithCost(func(r *http.Request) int { return r.Context().Value(estimateKey{}).(int) }),
-		httplimit.WithSettle(httplimit.TotalTokens),
-		// A request the API refuses used no tokens: give it back whole.
-		httplimit.WithRefundFailed(),
-		httplimit.WithFailedStatus(func(status int) bool { return status >= 400 && status < 500 }),
-	)
-	mux := http.NewServeMux()
-	mux.Handle("POST /v1/chat/completions", s.estimate(limit(within(s.inFlight.Window, proxy))))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	return mux
-}
-
-// apiKey returns the bearer token of r's Authorization header, "" if none.
-func apiKey(r *http.Request) string {
-	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return strings.TrimSpace(key)
-}
-
-// estimateKey is the context key of a request's estimated tokens.
-type estimateKey struct{}
-
-// maxBody bounds the request bodies the proxy reads.
-const maxBody = 8 << 20
-
-// chatRequest is what the proxy reads of a chat completion request.
-type chatRequest struct {
-	Messages []struct {
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-	MaxTokens           *int `json:"max_tokens"`
-	MaxCompletionTokens *int `json:"max_completion_tokens"`
-	Stream              bool `json:"stream"`
-}
-
-// estimate reads a request's body, answers what cannot be limited (no or
-// an unknown API key: 401; a body that is not a chat completion request,
-// or asks for more tokens than TPM ever admits: 400), and passes the
-// others on to next with their body restored and their estimated tokens in
-// their context.
-func (s settings) estimate(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if key := apiKey(r); key == "" || s.keys != nil && !s.keys[key] {
-			writeError(w, http.StatusUnauthorized, "invalid API key: send Authorization: Bearer <key>")
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-		var req chatRequest
-		if err == nil {
-			err = json.Unmarshal(body, &req)
-		}
-		if err != nil || len(req.Messages) == 0 {
-			writeError(w, http.StatusBadRequest, "the body is not a chat completion request with messages")
-			return
-		}
-		maxTokens := s.defaultMaxTokens
-		if req.MaxCompletionTokens != nil {
-			maxTokens = *req.MaxCompletionTokens
-		} else if req.MaxTokens != nil {
-			maxTokens = *req.MaxTokens
-		}
-		tokens := 3 + maxTokens
-		for _, m := range req.Messages {
-			tokens += 3 + (len(text(m.Content))+3)/4
-		}
-		if tokens < 1 || tokens > s.tpm.Quota {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("the request may use %d tokens, and at most %d are allowed per %v", tokens, s.tpm.Quota, s.tpm.Window))
-			return
-		}
-		if req.Stream {
-			if body, err = withUsage(body); err != nil {
-				writeError(w, http.StatusBadRequest, err.Error())
-				return
-			}
-		}
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), estimateKey{}, tokens)))
-	})
-}
-
-// text returns the text of a message's content: a string, or a list of
-// parts whose text parts count.
-func text(content json.RawMessage) string {
-	var s string
-	if json.Unmarshal(content, &s) == nil {
-		return s
-	}
-	var parts []struct {
-		Text string `json:"text"`
-	}
-	_ = json.Unmarshal(content, &parts)
-	for _, p := range parts {
-		s += p.Text + " "
-	}
-	return s
-}
-
-// withUsage sets "stream_options":{"include_usage":true} in a streamed
-// request's body, keeping every other field as it was.
-func withUsage(body []byte) ([]byte, error) {
-	var req, opts map[string]json.RawMessage
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, err
-	}
-	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &opts); err != nil {
-			return nil, fmt.Errorf("stream_options: %w", err)
-		}
-	}
-	if opts == nil {
-		opts = make(map[string]json.RawMessage)
-	}
-	opts["include_usage"] = json.RawMessage("true")
-	raw, err := json.Marshal(opts)
-	if err != nil {
-		return nil, err
-	}
-	req["stream_options"] = raw
-	return json.Marshal(req)
-}
-
-// within cuts a request off after d: its place in flight ends then.
-func within(d time.Duration, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), d)
-		defer cancel()
-		h.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-// writeError answers as an OpenAI-compatible API does.
-func writeError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"message": msg, "type": "invalid_request_error"}})
-}
-
-// newRedis returns a cluster client if REDIS_CLUSTER_ADDRS is set, and a
-// client of REDIS_URL otherwise.
-//
-// ContextTimeoutEnabled lets go-redis itself give up at the limiter's
-// timeout, the fastest way for a dead Redis to cost at most that timeout.
-func newRedis() (redis.UniversalClient, error) {
-	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ","), ContextTimeoutEnabled: true}), nil
-	}
-	opt, err := redis.ParseURL(envOr("REDIS_URL", "redis://127.0.0.1:6379/0"))
-	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
-	}
-	opt.ContextTimeoutEnabled = true
-	return redis.NewClient(opt), nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-// tokenLimit is the limit of tpm tokens per window. It is counted in
-// steps of window/1000 whatever its quota, for a request reserves
-// hundreds or thousands of tokens at once, more than one decision adds to
-// an exact log (slidelimit.MaxExactCost); a stepped limit takes a request
-// of any cost in one count, and never admits more than its quota in any
-// window.
-func tokenLimit(tpm int, window time.Duration) slidelimit.Limit {
-	return slidelimit.Per(tpm, window).Stepped(max(window/1000, time.Millisecond)).Named("tpm")
 }

@@ -3,27 +3,38 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/redistest"
+	"github.com/slidelimit/slidelimit/llm"
 )
 
 // TestMain gives the example a Redis in REDIS_ADDR.
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
-// testProxy returns a proxy to api under rpm requests and tpm tokens a
-// minute and inFlight requests in flight per key, on the test's own keys.
-func testProxy(t *testing.T, api http.Handler, rpm, tpm, inFlight int) http.Handler {
+// writeConfig writes a config file of the test's own and returns its path.
+func writeConfig(t *testing.T, cfg string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "llmproxy.json")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// testProxy returns a proxy to api under cfg, on the test's own keys.
+func testProxy(t *testing.T, api http.Handler, cfg string) http.Handler {
 	t.Helper()
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -31,44 +42,31 @@ func testProxy(t *testing.T, api http.Handler, rpm, tpm, inFlight int) http.Hand
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := settings{
-		upstream:         upstream,
-		rpm:              slidelimit.PerMinute(rpm).ForRequests().Named("rpm"),
-		tpm:              tokenLimit(tpm, time.Minute),
-		inFlight:         slidelimit.InFlight(inFlight, time.Minute).Named("inflight"),
-		defaultMaxTokens: 500,
-	}
-	lim, err := slidelimit.New(redistest.Client(t), s.tpm, slidelimit.WithLimits(s.rpm, s.inFlight), slidelimit.WithPrefix(redistest.Prefix(t)))
+	c, err := readConfig(writeConfig(t, cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newHandler(lim, s)
+	lim, err := slidelimit.New(redistest.Client(t), slidelimit.PerMinute(1), slidelimit.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHandler(lim, c, upstream)
 }
 
-// post sends a chat completion request with body to h as key, and returns
-// the response.
+// post sends a chat completion request with body to h as key.
 func post(h http.Handler, key, body string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
-	r.Header.Set("Authorization", "Bearer "+key)
+	if key != "" {
+		r.Header.Set("Authorization", "Bearer "+key)
+	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
 }
 
-// remaining returns the r of the limit name in w's RateLimit header, -1 if
-// there is none.
-func remaining(w *httptest.ResponseRecorder, name string) int {
-	for _, item := range strings.Split(w.Header().Get("RateLimit"), ",") {
-		var r, t int
-		if _, err := fmt.Sscanf(strings.TrimSpace(item), `"`+name+`";r=%d;t=%d`, &r, &t); err == nil {
-			return r
-		}
-	}
-	return -1
-}
-
 // usageAPI answers every request with a usage of total tokens, as JSON or,
-// for a streamed request, as events, and records the bodies it received.
+// for a streamed request that asks for it, as a last chunk, and records
+// the bodies it received.
 type usageAPI struct {
 	total  int
 	mu     sync.Mutex
@@ -85,76 +83,80 @@ func (a *usageAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n")
 		w.(http.Flusher).Flush()
-		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":%s}\n\ndata: [DONE]\n\n", usage)
+		if strings.Contains(string(b), `"include_usage":true`) {
+			fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":%s}\n\n", usage)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"choices":[],"usage":%s}`, usage)
 }
 
-func TestEstimate(t *testing.T) {
-	api := &usageAPI{total: 7}
-	h := testProxy(t, api, 100, 1000, 4)
-	for _, tc := range []struct {
-		name, body string
-		status     int
-		estimate   int // the tpm remaining before the settlement: 1000 less this
-	}{
-		// 3 + (3 + ⌈12/4⌉) + max_tokens
-		{"max_tokens", `{"messages":[{"role":"user","content":"twelve bytes"}],"max_tokens":100}`, 200, 109},
-		{"max_completion_tokens first", `{"messages":[{"content":"twelve bytes"}],"max_tokens":100,"max_completion_tokens":50}`, 200, 59},
-		{"DEFAULT_MAX_TOKENS", `{"messages":[{"content":"twelve bytes"}]}`, 200, 509},
-		{"parts", `{"messages":[{"content":[{"type":"text","text":"twelve bytes"}]},{"content":"x"}],"max_tokens":1}`, 200, 3 + 3 + 4 + 3 + 1 + 1},
-		{"more than TPM", `{"messages":[{"content":"x"}],"max_tokens":995}`, 400, 0},
-		{"no messages", `{"max_tokens":10}`, 400, 0},
-		{"not JSON", `max_tokens=10`, 400, 0},
+// tokensLeft returns the x-ratelimit-remaining-tokens of w.
+func tokensLeft(w *httptest.ResponseRecorder) string {
+	return w.Header().Get(llmlimit.FieldRemainingTokens)
+}
+
+const oneKey = `{"keys":{"*":{"limits":{"requests":100,"tokens":1000,"inFlight":2}}}}`
+
+func TestShippedConfig(t *testing.T) {
+	c, err := readConfig("llmproxy.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
+	r.Header.Set("X-Api-Key", "sk-alice") // as Anthropic's clients send it
+	caller, err := c.caller(r, llmlimit.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range caller.Levels {
+		got = append(got, l.Name+":"+l.ID)
+	}
+	if strings.Join(got, " ") != "org:acme team:research key:sk-alice" || caller.Levels[2].Shadow.Requests != 30 || caller.Levels[0].Limits.TokensPerMonth != 1000000 {
+		t.Errorf("sk-alice's caller = %+v, want org acme, team research and the key, with their limits", caller)
+	}
+	if _, err := c.caller(httptest.NewRequest(http.MethodPost, "/", nil), llmlimit.Request{}); !errors.Is(err, llmlimit.ErrUnknownCaller) {
+		t.Errorf("no key: %v, want ErrUnknownCaller", err)
+	}
+	if c.Window.String() != "1m0s" || c.Lease.String() != "1m0s" || c.RedisTimeout.String() != "100ms" {
+		t.Errorf("durations = %+v", c)
+	}
+}
+
+func TestBadConfigs(t *testing.T) {
+	for _, cfg := range []string{
+		`{`, `{"window":"soon"}`, `{"keys":{"sk-1":{"in":"nowhere"}}}`,
+		`{"teams":{"t":{"in":"nowhere"}}}`, `{"keys":{"sk-1":{"limits":{"requests":"many"}}}}`,
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			key := "sk-" + strings.ReplaceAll(tc.name, " ", "-")
-			w := post(h, key, tc.body)
-			if w.Code != tc.status {
-				t.Fatalf("POST %s = %d %s, want %d", tc.body, w.Code, w.Body, tc.status)
-			}
-			if tc.status != 200 {
-				return
-			}
-			if got := 1000 - remaining(w, "tpm"); got != tc.estimate {
-				t.Errorf("POST %s reserved %d tokens, want %d", tc.body, got, tc.estimate)
-			}
-			// The next request sees the first settled to its 7 tokens.
-			if got := 1000 - remaining(post(h, key, tc.body), "tpm"); got != 7+tc.estimate {
-				t.Errorf("after a settled request, POST %s leaves %d tokens used, want 7 + %d", tc.body, got, tc.estimate)
-			}
-		})
+		if _, err := readConfig(writeConfig(t, cfg)); err == nil {
+			t.Errorf("readConfig(%s) = nil error, want one", cfg)
+		}
+	}
+	if _, err := readConfig(filepath.Join(t.TempDir(), "missing.json")); err == nil {
+		t.Error("a missing config: nil error, want one")
 	}
 }
 
 func TestAPIKeys(t *testing.T) {
-	h := testProxy(t, &usageAPI{total: 1}, 100, 1000, 4)
+	h := testProxy(t, &usageAPI{total: 1}, `{"keys":{"sk-1":{"limits":{"requests":5}}}}`)
 	body := `{"messages":[{"content":"hi"}],"max_tokens":10}`
-	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	if w.Code != http.StatusUnauthorized {
-		t.Errorf("POST without Authorization = %d, want 401", w.Code)
-	}
-
-	t.Setenv("API_KEYS", "sk-1, sk-2")
-	s, err := readSettings()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !s.keys["sk-1"] || !s.keys["sk-2"] || s.keys["sk-3"] {
-		t.Errorf("API_KEYS=sk-1, sk-2 gives keys %v, want sk-1 and sk-2", s.keys)
+	for key, want := range map[string]int{"": 401, "sk-2": 401, "sk-1": 200} {
+		if w := post(h, key, body); w.Code != want {
+			t.Errorf("POST as %q = %d %s, want %d", key, w.Code, w.Body, want)
+		}
 	}
 }
 
 func TestStreamAsksForUsageAndSettles(t *testing.T) {
 	api := &usageAPI{total: 30}
-	h := testProxy(t, api, 100, 1000, 4)
+	h := testProxy(t, api, oneKey)
 	body := `{"model":"m","messages":[{"content":"hi"}],"max_tokens":200,"stream":true,"stream_options":{"other":1},"temperature":0.5}`
 	w := post(h, "sk-stream", body)
-	if w.Code != 200 || !strings.Contains(w.Body.String(), "[DONE]") {
-		t.Fatalf("streamed POST = %d %q, want 200 and the events", w.Code, w.Body)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), "[DONE]") || strings.Contains(w.Body.String(), "total_tokens") {
+		t.Fatalf("streamed POST = %d %q, want 200 and the events without the usage it did not ask for", w.Code, w.Body)
 	}
 	var sent map[string]any
 	if err := json.Unmarshal([]byte(api.bodies[0]), &sent); err != nil {
@@ -162,48 +164,50 @@ func TestStreamAsksForUsageAndSettles(t *testing.T) {
 	}
 	opts, _ := sent["stream_options"].(map[string]any)
 	if opts["include_usage"] != true || opts["other"] != float64(1) || sent["temperature"] != 0.5 || sent["model"] != "m" {
-		t.Errorf("the API received %s, want the request with stream_options.include_usage true and every other field kept", api.bodies[0])
+		t.Errorf("the API received %s, want stream_options.include_usage true and every other field kept", api.bodies[0])
 	}
-	// 3 + (3 + 1) + 200 reserved, settled to 30.
-	if got := 1000 - remaining(post(h, "sk-stream", body), "tpm"); got != 30+207 {
-		t.Errorf("after a streamed request of 30 tokens, %d tokens are used, want 30 + 207", got)
+	// ⌈17/4⌉ + 200 reserved for [{"content":"hi"}], settled to 30.
+	if got, want := tokensLeft(post(h, "sk-stream", body)), fmt.Sprint(1000-30-205); got != want {
+		t.Errorf("after a streamed request of 30 tokens, %s tokens left, want %s", got, want)
 	}
 }
 
 func TestRefusedRequestsAreGivenBack(t *testing.T) {
 	h := testProxy(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, `{"error":{"message":"no such model"}}`, http.StatusNotFound)
-	}), 100, 1000, 4)
+	}), oneKey)
 	body := `{"messages":[{"content":"hi"}],"max_tokens":100}`
 	post(h, "sk-refused", body)
 	w := post(h, "sk-refused", body)
-	if w.Code != http.StatusNotFound || remaining(w, "tpm") != 1000-107 || remaining(w, "rpm") != 99 {
-		t.Errorf("after a refused request: %d, tpm %d rpm %d left, want 404 with 893 and 99 (the first given back)", w.Code, remaining(w, "tpm"), remaining(w, "rpm"))
+	if w.Code != http.StatusNotFound || tokensLeft(w) != "895" || w.Header().Get(llmlimit.FieldRemainingRequests) != "99" {
+		t.Errorf("after a refused request: %d %v, want 404 with 895 tokens and 99 requests left (the first given back)", w.Code, w.Header())
 	}
 }
 
-func TestInFlight(t *testing.T) {
+func TestTeamInFlightAcrossKeys(t *testing.T) {
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 8)
 	h := testProxy(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		arrived <- struct{}{}
 		<-release
 		fmt.Fprint(w, `{"usage":{"total_tokens":5}}`)
-	}), 100, 1000, 2)
+	}), `{"teams":{"t":{"limits":{"inFlight":2}}},"keys":{"sk-a":{"in":"t"},"sk-b":{"in":"t"},"sk-c":{"limits":{"inFlight":1}}}}`)
 	body := `{"messages":[{"content":"hi"}],"max_tokens":10}`
 	done := make(chan int, 3)
-	for range 2 {
-		go func() { done <- post(h, "sk-busy", body).Code }()
+	for _, key := range []string{"sk-a", "sk-b"} {
+		go func() { done <- post(h, key, body).Code }()
 		<-arrived
 	}
-	w := post(h, "sk-busy", body)
-	var denial struct{ Policy string }
-	_ = json.Unmarshal(w.Body.Bytes(), &denial)
-	if w.Code != http.StatusTooManyRequests || denial.Policy != "inflight" {
-		t.Errorf("a third request while two are in flight = %d %s, want 429 by inflight", w.Code, w.Body)
+	w := post(h, "sk-a", body)
+	var denial struct {
+		Error struct{ Type, Code, Message string }
 	}
-	// Another key has places of its own: its request reaches the API.
-	go func() { done <- post(h, "sk-other", body).Code }()
+	_ = json.Unmarshal(w.Body.Bytes(), &denial)
+	if w.Code != http.StatusTooManyRequests || denial.Error.Type != "requests" || !strings.Contains(denial.Error.Message, "team-in-flight") {
+		t.Errorf("a third request of the team while two are in flight = %d %s, want 429 by team-in-flight", w.Code, w.Body)
+	}
+	// A key of no team has places of its own: its request reaches the API.
+	go func() { done <- post(h, "sk-c", body).Code }()
 	<-arrived
 	close(release)
 	for range 3 {
@@ -211,38 +215,25 @@ func TestInFlight(t *testing.T) {
 			t.Errorf("a request in flight = %d, want 200", code)
 		}
 	}
-	if w := post(h, "sk-busy", body); w.Code != 200 {
+	if w := post(h, "sk-b", body); w.Code != 200 {
 		t.Errorf("a request once the others ended = %d, want 200", w.Code)
 	}
 }
 
-func TestReadSettings(t *testing.T) {
-	for _, name := range []string{"UPSTREAM", "RPM", "TPM", "INFLIGHT", "WINDOW", "LEASE", "DEFAULT_MAX_TOKENS", "API_KEYS", "REDIS_TIMEOUT"} {
-		t.Setenv(name, "")
-	}
-	s, err := readSettings()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.upstream.String() != "http://127.0.0.1:9090" || s.rpm.Quota != 60 || !s.rpm.Requests || s.tpm.Quota != 100000 ||
-		s.tpm.Window != time.Minute || s.inFlight.Quota != 4 || s.inFlight.Window != 2*time.Minute || s.defaultMaxTokens != 4096 || s.keys != nil || s.redisTimeout != slidelimit.DefaultTimeout {
-		t.Errorf("readSettings() = %+v, want the documented defaults", s)
-	}
-	for name, bad := range map[string]string{"UPSTREAM": "nowhere", "RPM": "0", "TPM": "many", "INFLIGHT": "-1", "WINDOW": "1", "LEASE": "soon", "DEFAULT_MAX_TOKENS": "x", "REDIS_TIMEOUT": "fast"} {
-		t.Run(name, func(t *testing.T) {
-			t.Setenv(name, bad)
-			if _, err := readSettings(); err == nil {
-				t.Errorf("readSettings with %s=%q = nil error, want one", name, bad)
-			}
-		})
+func TestShadowLimitNeverDenies(t *testing.T) {
+	h := testProxy(t, &usageAPI{total: 1}, `{"keys":{"*":{"limits":{"requests":5},"shadow":{"requests":1}}}}`)
+	for i := range 5 {
+		if w := post(h, "sk-shadow", `{"messages":[],"max_tokens":1}`); w.Code != 200 || w.Header().Get(llmlimit.FieldRemainingRequests) != fmt.Sprint(4-i) {
+			t.Errorf("request %d = %d %v, want 200 with the enforced limit's fields", i, w.Code, w.Header())
+		}
 	}
 }
 
 func TestRunStopsOnSignal(t *testing.T) {
 	rdb := redistest.Client(t)
-	t.Setenv("REDIS_CLUSTER_ADDRS", "")
-	t.Setenv("REDIS_URL", "redis://"+rdb.Options().Addr+"/0")
+	t.Setenv("REDIS_ADDRS", rdb.Options().Addr)
 	t.Setenv("ADDR", "127.0.0.1:0")
+	t.Setenv("CONFIG", writeConfig(t, oneKey))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // as SIGTERM would
 	if err := run(ctx); err != nil {
