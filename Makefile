@@ -14,14 +14,16 @@ GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lin
 
 ## test: gofmt, go vet, and every module's tests with -race and -short against
 ## real Redis (one standalone server and a three-primary Cluster, both
-## throwaway), then their allocation tests without -race (whose sync.Pool
-## drops items at random), on go-redis v9.5.5, the floor every go.mod pins.
+## throwaway), integration/sdk's too (the official OpenAI and Anthropic SDKs,
+## a module outside go.work), then their allocation tests without -race (whose
+## sync.Pool drops items at random), on go-redis v9.5.5, the floor every go.mod pins.
 ## -short leaves out the long fleet and fault tests that make check runs.
 ## About 5 minutes warm on 2 cores.
 test:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	scripts/each-module.sh $(GO) vet ./...
-	scripts/with-redis.sh sh -c 'scripts/each-module.sh $(GO) test -race -short -count=1 ./... && scripts/each-module.sh $(GO) test -short -count=1 -run Alloc ./...'
+	cd integration/sdk && GOWORK=off $(GO) vet ./...
+	scripts/with-redis.sh sh -c 'scripts/each-module.sh $(GO) test -race -short -count=1 ./... && (cd integration/sdk && GOWORK=off $(GO) test -race -short -count=1 ./...) && scripts/each-module.sh $(GO) test -short -count=1 -run Alloc ./...'
 
 ## check: what make test leaves out, run after it by CI. The go-redis matrix:
 ## core and the integration tests that lean on go-redis's behaviour

@@ -63,12 +63,11 @@ func openAIDuration(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
-// setFields writes res's rate-limit header fields for api on h, tokens
-// counted in units of unit, replacing
+// setFields writes res's rate-limit header fields for api on h, replacing
 // any there: nothing for a decision Redis did not make (a Fallback but a
 // Local one) or one the limiter made in shadow mode, whose fields would
 // report limits the client is not held to.
-func setFields(h http.Header, api API, res slidelimit.Result, unit int, now time.Time) {
+func setFields(h http.Header, api API, res slidelimit.Result, now time.Time) {
 	if res.Shadow || res.Fallback && !res.Local {
 		return
 	}
@@ -77,11 +76,7 @@ func setFields(h http.Header, api API, res slidelimit.Result, unit int, now time
 		if !ok {
 			continue
 		}
-		per := 1
-		if !requests {
-			per = unit
-		}
-		limit, remaining := strconv.Itoa(s.Limit.Quota*per), strconv.Itoa(max(s.Remaining, 0)*per)
+		limit, remaining := strconv.Itoa(s.Limit.Quota), strconv.Itoa(max(s.Remaining, 0))
 		switch {
 		case api == Anthropic && requests:
 			h.Set(FieldAnthropicRequestsLimit, limit)
@@ -129,35 +124,37 @@ func kind(res slidelimit.Result) string {
 	return "tokens"
 }
 
-// denialMessage says which limit denied a request of cost tokens, counted
-// in units of unit, and when to try again.
-func denialMessage(res slidelimit.Result, cost, unit int) string {
+// denialMessage says which limit denied a request of cost tokens, and when
+// to try again.
+func denialMessage(res slidelimit.Result, cost int) string {
 	level := ""
 	for _, s := range res.Statuses {
 		if s.Limit.String() == res.Limit.String() && s.Level != "" {
 			level = " on " + s.Level
 		}
 	}
-	what, per := "tokens", unit
+	what := "tokens"
 	requested := cost
 	switch {
 	case res.Limit.InFlight:
-		what, requested, per = "requests in flight", 1, 1
+		what, requested = "requests in flight", 1
 	case res.Limit.Requests:
-		what, requested, per = "requests", 1, 1
+		what, requested = "requests", 1
 	}
 	return fmt.Sprintf("Rate limit reached for %s (%s)%s: Limit %d, Remaining %d, Requested %d. Please try again in %s.",
-		what, res.Limit, level, res.Limit.Quota*per, max(res.Remaining, 0)*per, requested, openAIDuration(res.RetryAfter))
+		what, res.Limit, level, res.Limit.Quota, max(res.Remaining, 0), requested, openAIDuration(res.RetryAfter))
 }
 
-// inFlightRetry is how soon a request denied by a limit of requests in
-// flight is told to retry: a place frees when a request ends, which its
-// lease, the denial's RetryAfter, only bounds.
-const inFlightRetry = time.Second
+// inFlightRetry is the latest a request denied by a limit of requests in
+// flight is told to retry. The denial's RetryAfter is when a place is
+// expected to free, from the holds the key's releases showed (slidelimit's
+// Limit.InFlight); before any release it is the oldest lease's end, which
+// only bounds when a place frees.
+const inFlightRetry = 10 * time.Second
 
 // writeDenial answers a denied request of cost tokens 429 as api does,
-// with Retry-After; tokens are counted in units of unit.
-func writeDenial(w http.ResponseWriter, api API, res slidelimit.Result, cost, unit int) {
+// with Retry-After.
+func writeDenial(w http.ResponseWriter, api API, res slidelimit.Result, cost int) {
 	if res.Limit.InFlight {
 		res.RetryAfter = min(res.RetryAfter, inFlightRetry)
 	}
@@ -166,7 +163,7 @@ func writeDenial(w http.ResponseWriter, api API, res slidelimit.Result, cost, un
 	// seconds a wait that a token window's step makes as short as a
 	// millisecond.
 	w.Header().Set("Retry-After-Ms", strconv.FormatInt(int64(max((res.RetryAfter+time.Millisecond-1)/time.Millisecond, 1)), 10))
-	msg := denialMessage(res, cost, unit)
+	msg := denialMessage(res, cost)
 	if api == Anthropic {
 		writeJSON(w, http.StatusTooManyRequests, anthropicError{Type: "error", Error: anthropicDetail{Type: "rate_limit_error", Message: msg}})
 		return

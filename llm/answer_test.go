@@ -13,21 +13,21 @@ import (
 // denial is a Result of a tree whose key's tokens deny a request.
 func denial() slidelimit.Result {
 	rpm := slidelimit.PerMinute(60).ForRequests().Named("key-requests")
-	tpm := tokens(6000, 1, time.Minute).Named("key-tokens")
-	org := tokens(100000, 1, time.Minute).Named("org-tokens")
+	tpm := tokens(6000, time.Minute).Named("key-tokens")
+	org := tokens(100000, time.Minute).Named("org-tokens")
 	return slidelimit.Result{Limit: tpm, Remaining: 100, RetryAfter: 1500 * time.Millisecond, ResetAfter: 6 * time.Minute,
 		Statuses: []slidelimit.Status{
 			{Limit: org, Remaining: 90000, ResetAfter: 20 * time.Second},
 			{Limit: rpm, Level: "key:sk-1", Remaining: 58, ResetAfter: 20 * time.Millisecond},
 			{Limit: tpm, Level: "key:sk-1", Remaining: 100, RetryAfter: 1500 * time.Millisecond, ResetAfter: 6 * time.Minute},
 			{Limit: slidelimit.InFlight(4, time.Minute).Named("key-in-flight"), Remaining: 0},
-			{Limit: tokens(10, 1, time.Minute).Named("key-shadow-tokens").Shadowed(), Remaining: 0, RetryAfter: time.Hour},
+			{Limit: tokens(10, time.Minute).Named("key-shadow-tokens").Shadowed(), Remaining: 0, RetryAfter: time.Hour},
 		}}
 }
 
 func TestOpenAIFields(t *testing.T) {
 	h := http.Header{}
-	setFields(h, OpenAI, denial(), 1, time.Unix(0, 0))
+	setFields(h, OpenAI, denial(), time.Unix(0, 0))
 	want := map[string]string{
 		FieldLimitRequests: "60", FieldRemainingRequests: "58", FieldResetRequests: "20ms",
 		FieldLimitTokens: "6000", FieldRemainingTokens: "100", FieldResetTokens: "1.5s",
@@ -44,7 +44,7 @@ func TestOpenAIFields(t *testing.T) {
 
 func TestAnthropicFields(t *testing.T) {
 	h := http.Header{}
-	setFields(h, Anthropic, denial(), 1, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	setFields(h, Anthropic, denial(), time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	want := map[string]string{
 		FieldAnthropicRequestsLimit: "60", FieldAnthropicRequestsRemaining: "58", FieldAnthropicRequestsReset: "2026-01-02T03:04:05.02Z",
 		FieldAnthropicTokensLimit: "6000", FieldAnthropicTokensRemaining: "100", FieldAnthropicTokensReset: "2026-01-02T03:04:06.5Z",
@@ -62,7 +62,7 @@ func TestAnthropicFields(t *testing.T) {
 func TestNoFieldsForFallbackOrShadow(t *testing.T) {
 	for _, res := range []slidelimit.Result{{Fallback: true, Allowed: true}, {Shadow: true, Allowed: true, Statuses: denial().Statuses}} {
 		h := http.Header{}
-		setFields(h, OpenAI, res, 1, time.Now())
+		setFields(h, OpenAI, res, time.Now())
 		if len(h) != 0 {
 			t.Errorf("setFields(%+v) = %v, want none", res, h)
 		}
@@ -71,7 +71,7 @@ func TestNoFieldsForFallbackOrShadow(t *testing.T) {
 
 func TestDenialBodies(t *testing.T) {
 	rec := httptest.NewRecorder()
-	writeDenial(rec, OpenAI, denial(), 700, 1)
+	writeDenial(rec, OpenAI, denial(), 700)
 	var oa struct {
 		Error struct {
 			Message string  `json:"message"`
@@ -90,7 +90,7 @@ func TestDenialBodies(t *testing.T) {
 		t.Errorf("Retry-After-Ms = %q, want 1500", got)
 	}
 	rec = httptest.NewRecorder()
-	writeDenial(rec, Anthropic, denial(), 700, 1)
+	writeDenial(rec, Anthropic, denial(), 700)
 	var an struct {
 		Type  string `json:"type"`
 		Error struct {
@@ -107,10 +107,15 @@ func TestDenialBodies(t *testing.T) {
 }
 
 func TestInFlightDenialRetriesSoon(t *testing.T) {
-	res := slidelimit.Result{Limit: slidelimit.InFlight(4, time.Minute).Named("key-in-flight"), RetryAfter: 59 * time.Second}
-	rec := httptest.NewRecorder()
-	writeDenial(rec, OpenAI, res, 10, 1)
-	if got := rec.Header().Get("Retry-After"); got != "1" {
-		t.Errorf("Retry-After of an in-flight denial = %q, want 1: a place frees when a request ends", got)
+	for _, c := range []struct {
+		after time.Duration
+		want  string
+	}{{59 * time.Second, "10"}, {2500 * time.Millisecond, "3"}} {
+		res := slidelimit.Result{Limit: slidelimit.InFlight(4, time.Minute).Named("key-in-flight"), RetryAfter: c.after}
+		rec := httptest.NewRecorder()
+		writeDenial(rec, OpenAI, res, 10)
+		if got := rec.Header().Get("Retry-After"); got != c.want {
+			t.Errorf("Retry-After of an in-flight denial with RetryAfter %v = %q, want %s: when a place is expected to free, at most 10 s", c.after, got, c.want)
+		}
 	}
 }

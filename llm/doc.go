@@ -37,10 +37,9 @@
 //
 // Limits are counted the way each kind needs, with nothing to choose:
 // requests exactly, tokens in steps of a thousandth of their window (a
-// request reserves far more units than an exact log takes in one
-// decision), requests in flight with a lease the middleware renews while
-// the request runs. Quotas are at most slidelimit.MaxQuota (a million);
-// WithTokenUnit counts tokens in larger units for larger budgets.
+// count per step whatever the budget), requests in flight with a lease
+// the middleware renews while the request runs. Quotas are at most
+// slidelimit.MaxQuota (10^12 tokens).
 //
 // The middleware never panics on a hostile body: a body too large is
 // answered 413, one that is not JSON or has fields of the wrong types 400,

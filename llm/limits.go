@@ -72,11 +72,11 @@ var ErrUnknownCaller = errors.New("llmlimit: unknown caller")
 var ErrInvalidCaller = errors.New("llmlimit: invalid caller")
 
 // tree returns the tenant and the levels of c for AllowTree, with limits
-// of window, leases of lease and tokens counted in units of unit, and the
-// smallest quota, in units, of its enforced limits of tokens (0 if it has
+// of window and leases of lease, and the smallest quota of its enforced
+// limits of tokens (0 if it has
 // none). A level with no limit is left out;
 // with none at all, levels is empty.
-func (c Caller) tree(window, lease time.Duration, unit int) (tenant string, levels []slidelimit.Level, minTokens int, err error) {
+func (c Caller) tree(window, lease time.Duration) (tenant string, levels []slidelimit.Level, minTokens int, err error) {
 	if len(c.Levels) == 0 {
 		return "", nil, 0, fmt.Errorf("%w: no level", ErrInvalidCaller)
 	}
@@ -93,8 +93,8 @@ func (c Caller) tree(window, lease time.Duration, unit int) (tenant string, leve
 		if i == 0 {
 			tenant, id = id, ""
 		}
-		limits := lv.Limits.limits(lv.Name, window, lease, unit, false)
-		limits = append(limits, lv.Shadow.limits(lv.Name+"-shadow", window, lease, unit, true)...)
+		limits := lv.Limits.limits(lv.Name, window, lease, false)
+		limits = append(limits, lv.Shadow.limits(lv.Name+"-shadow", window, lease, true)...)
 		if len(limits) == 0 {
 			continue // a level with no limit counts nothing
 		}
@@ -111,9 +111,8 @@ func (c Caller) tree(window, lease time.Duration, unit int) (tenant string, leve
 	return tenant, levels, minTokens, nil
 }
 
-// limits returns l as slidelimit limits named after name, tokens counted
-// in units of unit.
-func (l Limits) limits(name string, window, lease time.Duration, unit int, shadow bool) []slidelimit.Limit {
+// limits returns l as slidelimit limits named after name.
+func (l Limits) limits(name string, window, lease time.Duration, shadow bool) []slidelimit.Limit {
 	var out []slidelimit.Limit
 	add := func(lim slidelimit.Limit, what string) {
 		lim = lim.Named(name + "-" + what)
@@ -126,25 +125,24 @@ func (l Limits) limits(name string, window, lease time.Duration, unit int, shado
 		add(slidelimit.Per(l.Requests, window).ForRequests(), "requests")
 	}
 	if l.Tokens > 0 {
-		add(tokens(l.Tokens, unit, window), "tokens")
+		add(tokens(l.Tokens, window), "tokens")
 	}
 	if l.InFlight > 0 {
 		add(slidelimit.InFlight(l.InFlight, lease), "in-flight")
 	}
 	if l.TokensPerDay > 0 {
-		add(tokens(l.TokensPerDay, unit, 24*time.Hour), "tokens-per-day")
+		add(tokens(l.TokensPerDay, 24*time.Hour), "tokens-per-day")
 	}
 	if l.TokensPerMonth > 0 {
-		add(tokens(l.TokensPerMonth, unit, 30*24*time.Hour), "tokens-per-month")
+		add(tokens(l.TokensPerMonth, 30*24*time.Hour), "tokens-per-month")
 	}
 	return out
 }
 
-// tokens is a limit of n tokens per window in units of unit (n/unit,
-// rounded down, at least 1, so that it never admits more than n), counted
-// in steps of a thousandth of the window: a request's reservation is far
-// more than one decision adds to an exact log (slidelimit.MaxExactCost),
-// and a stepped limit takes any cost in one count.
-func tokens(n, unit int, window time.Duration) slidelimit.Limit {
-	return slidelimit.Per(max(n/unit, 1), window).Stepped(max(window/1000, slidelimit.MinStep))
+// tokens is a limit of n tokens per window (n at most
+// slidelimit.MaxQuota, 10^12), counted in steps of a thousandth of the
+// window: a count per step whatever the quota, so that a day's or a
+// month's budget of any size takes about 12 KB of Redis a level.
+func tokens(n int, window time.Duration) slidelimit.Limit {
+	return slidelimit.Per(min(n, slidelimit.MaxQuota), window).Stepped(max(window/1000, slidelimit.MinStep))
 }

@@ -84,10 +84,10 @@ func New(lim *slidelimit.Limiter, callers CallerFunc, opts ...Option) func(http.
 	m.flow = adapter.Flow[*exchange]{
 		Name: "llmlimit", Limiter: lim,
 		Tree: func(x *exchange) (string, []slidelimit.Level, error) { return x.tenant, x.levels, nil },
-		Cost: func(x *exchange) int { return x.units },
+		Cost: func(x *exchange) int { return x.cost },
 		SetHeaders: func(x *exchange, res slidelimit.Result) {
 			x.res = res
-			setFields(x.w.Header(), x.api, res, m.unit, time.Now())
+			setFields(x.w.Header(), x.api, res, time.Now())
 		},
 		Hook:         func(_ context.Context, x *exchange, err error) { m.hook(x.r, err) },
 		RefundFailed: true, Failed: m.refunded,
@@ -95,7 +95,7 @@ func New(lim *slidelimit.Limiter, callers CallerFunc, opts ...Option) func(http.
 			u, ok := x.usage(r)
 			// No quota counts more than MaxQuota: a larger figure, which
 			// only a broken answer reports, settles to it.
-			return min(units(u.Total, m.unit), slidelimit.MaxQuota), ok
+			return min(u.Total, slidelimit.MaxQuota), ok
 		},
 	}
 	return func(next http.Handler) http.Handler {
@@ -123,7 +123,6 @@ type exchange struct {
 	tenant string
 	levels []slidelimit.Level
 	cost   int               // the tokens reserved
-	units  int               // cost in units of tokens (WithTokenUnit)
 	res    slidelimit.Result // the decision, once made
 	ans    *answer
 }
@@ -172,17 +171,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var minTokens int
-	x.tenant, x.levels, minTokens, err = caller.tree(m.window, m.lease, m.unit)
+	x.tenant, x.levels, minTokens, err = caller.tree(m.window, m.lease)
 	if err != nil {
 		m.hook(r, err)
 		writeError(w, x.api, http.StatusInternalServerError, "The rate limiter failed.")
 		return
 	}
-	x.cost = max(m.estimate(r, req), 1)
-	x.units = min(units(x.cost, m.unit), slidelimit.MaxQuota)
-	if minTokens > 0 && x.units > minTokens {
+	x.cost = min(max(m.estimate(r, req), 1), slidelimit.MaxQuota)
+	if minTokens > 0 && x.cost > minTokens {
 		writeError(w, x.api, http.StatusBadRequest, fmt.Sprintf(
-			"The request may use %d tokens (its input and its maximum output), more than the %d its limits allow: lower its maximum output.", x.cost, minTokens*m.unit))
+			"The request may use %d tokens (its input and its maximum output), more than the %d its limits allow: lower its maximum output.", x.cost, minTokens))
 		return
 	}
 	strip := req.Stream && (e == ChatCompletions || e == Completions) && !req.IncludeUsage
@@ -203,7 +201,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := f.Decide(r.Context(), x)
 	switch d.Verdict {
 	case adapter.Deny:
-		writeDenial(w, x.api, d.Result, x.cost, m.unit)
+		writeDenial(w, x.api, d.Result, x.cost)
 		return
 	case adapter.Fail:
 		status := httplimit.FailureStatus(d.Err)
@@ -213,7 +211,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, x.api, status, http.StatusText(status)+": the rate limiter could not decide.")
 		return
 	}
-	x.ans = &answer{ResponseWriter: w, strip: strip, fields: func(h http.Header) { setFields(h, x.api, x.res, m.unit, time.Now()) }}
+	x.ans = &answer{ResponseWriter: w, strip: strip, fields: func(h http.Header) { setFields(h, x.api, x.res, time.Now()) }}
 	p := f.Pend(r.Context(), x, d)
 	if p == nil {
 		h.next.ServeHTTP(x.ans, r)
@@ -241,9 +239,4 @@ func restore(r *http.Request, b []byte) *http.Request {
 	r.Header.Set("Content-Length", strconv.Itoa(len(b)))
 	r.Header.Del("Accept-Encoding")
 	return r
-}
-
-// units is n tokens in units of unit, rounded up.
-func units(n, unit int) int {
-	return n/unit + min(n%unit, 1)
 }

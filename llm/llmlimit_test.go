@@ -333,19 +333,17 @@ func TestNilLimiterOrCallersFail(t *testing.T) {
 	}
 }
 
-func TestTokenUnitForBudgetsAboveMaxQuota(t *testing.T) {
-	org := llmlimit.Limits{TokensPerMonth: 50_000_000}
+// TestBudgetsOfBillionsCountEveryToken: a key's 2,000,000 tokens a minute
+// under an org's 50,000,000,000 a month, counted by the token: a request
+// reserves its estimate (108 tokens) and is settled to its usage (27).
+func TestBudgetsOfBillionsCountEveryToken(t *testing.T) {
+	org := llmlimit.Limits{TokensPerMonth: 50_000_000_000}
 	key := llmlimit.Limits{Tokens: 2_000_000}
-	hook := llmlimit.WithErrorHook(func(*http.Request, error) {})
-	if w := send(limited(t, &fakeAPI{input: 7, output: 20}, key, llmlimit.Limits{}, org, hook), "/v1/chat/completions", "sk-1", chat); w.Code != 500 {
-		t.Errorf("2,000,000 tokens a minute counted by the token = %d, want 500: above slidelimit.MaxQuota", w.Code)
-	}
-	h := limited(t, &fakeAPI{input: 7, output: 20}, key, llmlimit.Limits{}, org, llmlimit.WithTokenUnit(100))
-	// 108 tokens reserved: 2 units of 100; settled to 27 tokens: 1 unit.
-	for _, want := range []int{2_000_000 - 200, 2_000_000 - 100 - 200} {
+	h := limited(t, &fakeAPI{input: 7, output: 20}, key, llmlimit.Limits{}, org)
+	for _, want := range []int{2_000_000 - 108, 2_000_000 - 27 - 108} {
 		w := send(h, "/v1/chat/completions", "sk-1", chat)
 		if w.Code != 200 || header(t, w, llmlimit.FieldLimitTokens) != 2_000_000 || header(t, w, llmlimit.FieldRemainingTokens) != want {
-			t.Errorf("with units of 100: %d, limit %s, remaining %s, want 2000000 and %d", w.Code,
+			t.Errorf("%d, limit %s, remaining %s, want 200, 2000000 and %d", w.Code,
 				w.Header().Get(llmlimit.FieldLimitTokens), w.Header().Get(llmlimit.FieldRemainingTokens), want)
 		}
 	}

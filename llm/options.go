@@ -16,7 +16,6 @@ type Option func(*config)
 type config struct {
 	window, lease    time.Duration
 	defaultMaxTokens int
-	unit             int
 	maxBody          int64
 	estimate         func(r *http.Request, req Request) int
 	refunded         func(status int) bool
@@ -38,7 +37,7 @@ const (
 )
 
 func newConfig(opts []Option) config {
-	c := config{window: DefaultWindow, lease: DefaultLease, defaultMaxTokens: DefaultMaxTokens, unit: 1, maxBody: DefaultMaxBody,
+	c := config{window: DefaultWindow, lease: DefaultLease, defaultMaxTokens: DefaultMaxTokens, maxBody: DefaultMaxBody,
 		refunded: adapter.HTTPFailed}
 	c.estimate = c.defaultEstimate
 	c.hook = func(r *http.Request, err error) {
@@ -71,22 +70,6 @@ func WithLease(d time.Duration) Option {
 	return func(c *config) {
 		if d >= time.Millisecond {
 			c.lease = d
-		}
-	}
-}
-
-// WithTokenUnit counts tokens in units of n, for limits of more tokens
-// than slidelimit.MaxQuota (a million), such as a monthly budget of 100
-// million tokens with n = 100: a request reserves, and is settled to, its
-// tokens divided by n and rounded up, and each limit of tokens admits its
-// quota divided by n, rounded down. Header fields and denials still say
-// tokens. The counts in Redis are in units: change n only with a fresh
-// limiter prefix (slidelimit.WithPrefix). The default is 1, every token
-// counted. An n below 1 keeps the default.
-func WithTokenUnit(n int) Option {
-	return func(c *config) {
-		if n >= 1 {
-			c.unit = n
 		}
 	}
 }
