@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,6 +28,10 @@ const (
 	llmMinLatency = 50 * time.Millisecond
 	llmMaxLatency = time.Second
 	llmClients    = 16 // per key; four keys, so 64 clients in all
+	// The team of sk-tokens-a and sk-tokens-b: fewer tokens and places in
+	// flight than its two keys' together, so that the team's limits bind.
+	llmTeamTPM      = 9000
+	llmTeamInFlight = 6
 	// llmMargin is taken off the window when the upstream's arrivals are
 	// counted: the limiter counts a request when Redis admits it, the
 	// upstream when it arrives, a few milliseconds later on an idle machine,
@@ -63,6 +69,9 @@ func llmRun(t *testing.T) time.Duration {
 //     flight at its last admission exceed their reservations by, at most
 //     llmInFlight times the largest excess of the key's requests;
 //   - no key ever has more than llmInFlight requests at the upstream;
+//   - the team of sk-tokens-a and sk-tokens-b holds its own limits on
+//     both together: llmTeamTPM (and the overshoot its places allow) and
+//     llmTeamInFlight at the upstream;
 //   - the dead replica's places stay taken until their leases end, then the
 //     key reaches llmInFlight requests in flight again within the lease;
 //     its requests never settled keep their reservations;
@@ -78,10 +87,14 @@ func TestLLMProxyFleet(t *testing.T) {
 	up := startLLMProcess(t, bins["upstream"], "ADDR=127.0.0.1:0",
 		"MIN_LATENCY="+llmMinLatency.String(), "MAX_LATENCY="+llmMaxLatency.String(), "WINDOW="+llmWindow.String(), "LOG_REQUESTS=10000000")
 	var replicas []*llmProcess
-	// Every key, each with a count of its own ("*"), under the same limits.
+	// Every key, each with a count of its own ("*"), under the same limits;
+	// two of them in a team with limits of its own.
 	config := filepath.Join(t.TempDir(), "llmproxy.json")
-	if err := os.WriteFile(config, fmt.Appendf(nil, `{"window":%q,"lease":%q,"redisTimeout":"5s","keys":{"*":{"limits":{"requests":%d,"tokens":%d,"inFlight":%d}}}}`,
-		llmWindow, llmLease, llmRPM, llmTPM, llmInFlight), 0o600); err != nil {
+	key := fmt.Sprintf(`{"requests":%d,"tokens":%d,"inFlight":%d}`, llmRPM, llmTPM, llmInFlight)
+	if err := os.WriteFile(config, fmt.Appendf(nil, `{"window":%q,"lease":%q,"redisTimeout":"5s",`+
+		`"teams":{"ab":{"limits":{"tokens":%d,"inFlight":%d}}},`+
+		`"keys":{"sk-tokens-a":{"in":"ab","limits":%s},"sk-tokens-b":{"in":"ab","limits":%s},"*":{"limits":%s}}}`,
+		llmWindow, llmLease, llmTeamTPM, llmTeamInFlight, key, key, key), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -212,6 +225,21 @@ func TestLLMProxyFleet(t *testing.T) {
 	}
 	t.Logf("largest overshoot of TPM in any window: %d tokens", worstOver)
 
+	// The team's limits, on its two keys together.
+	team := slices.Concat(byKey["sk-tokens-a"], byKey["sk-tokens-b"])
+	slices.SortFunc(team, func(a, b llmRecord) int { return cmp.Compare(a.Arrived, b.Arrived) })
+	_, teamTokens := maxWindow(team, llmWindow-llmMargin)
+	teamAllowed := llmTeamInFlight * max(excess["sk-tokens-a"], excess["sk-tokens-b"], 0)
+	teamMost := mostAtOnce(team)
+	t.Logf("team ab (sk-tokens-a, sk-tokens-b): %d requests at the upstream; busiest window %d tokens (team quota %d, overshoot allowed %d); at most %d in flight (team quota %d)",
+		len(team), teamTokens, llmTeamTPM, teamAllowed, teamMost, llmTeamInFlight)
+	if teamTokens > llmTeamTPM+teamAllowed {
+		t.Errorf("team ab: %d tokens used by requests arriving within %v, want at most %d + %d", teamTokens, llmWindow-llmMargin, llmTeamTPM, teamAllowed)
+	}
+	if teamMost > llmTeamInFlight {
+		t.Errorf("team ab: %d requests in flight at the upstream at once, want at most %d", teamMost, llmTeamInFlight)
+	}
+
 	// The dead replica's places.
 	checkLeases(t, byKey["sk-victim"], killed)
 
@@ -322,4 +350,34 @@ func maxWindow(rs []llmRecord, window time.Duration) (requests, tokens int) {
 		requests, tokens = max(requests, i-j+1), max(tokens, sum)
 	}
 	return requests, tokens
+}
+
+// mostAtOnce returns the most of rs at the upstream at once: between its
+// arrival and its end (a request cut short, with no end, counts until the
+// last end seen).
+func mostAtOnce(rs []llmRecord) int {
+	type event struct {
+		at    int64
+		delta int
+	}
+	var events []event
+	var last int64
+	for _, r := range rs {
+		last = max(last, r.Ended, r.Arrived)
+	}
+	for _, r := range rs {
+		end := r.Ended
+		if end == 0 {
+			end = last
+		}
+		events = append(events, event{r.Arrived, 1}, event{end, -1})
+	}
+	// Ends before arrivals at one instant: a place freed is taken again.
+	slices.SortFunc(events, func(a, b event) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.delta, b.delta)) })
+	n, most := 0, 0
+	for _, e := range events {
+		n += e.delta
+		most = max(most, n)
+	}
+	return most
 }

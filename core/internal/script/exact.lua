@@ -45,110 +45,120 @@
 -- Limits come as ARGV pairs from x on, quota then window; q1 and w1 are
 -- the first pair converted already, q1 negative for a shadow limit.
 
--- exact_record returns the record's name for W, Q, E, X and H.
-local function exact_record(w, q, e, xs, h)
-  if h == 0 then
-    return string.format('#e%d:%d:%013d', w, q, e)
-  end
-  return string.format('#e%d:%d:%013d:%d:%d', w, q, e, xs, h)
-end
+-- xh holds the helpers below, which exact_fns makes when a call first
+-- needs one: Redis makes every function of the chunk anew at every call
+-- (and a value for each local one captures), and the commonest decision
+-- needs none of them.
+local xh
 
--- exact_rewrite replaces the record old (or none) of key with new, which
--- it returns: new first, so that the key is never left empty, which Redis
--- would delete with its expiry.
-local function exact_rewrite(key, old, new)
-  if new ~= old then
-    call('ZADD', key, '-1', new)
-    if old then
-      call('ZREM', key, old)
+-- exact_fns makes the helpers.
+local function exact_fns()
+  xh = {}
+  -- xh.record returns the record's name for W, Q, E, X and H.
+  xh.record = function(w, q, e, xs, h)
+    if h == 0 then
+      return string.format('#e%d:%d:%013d', w, q, e)
     end
+    return string.format('#e%d:%d:%013d:%d:%d', w, q, e, xs, h)
   end
-  return new
-end
 
--- exact_costs returns the costs of the requests ids[from], ids[from+step],
--- ... of key (step 2 for a reply WITHSCORES), in that order, and the names
--- of the costs among them.
-local function exact_costs(key, ids, from, step)
-  local costs, names = {}, {}
-  local i = from
-  while i <= #ids do
-    local ask = {}
-    while i <= #ids and #ask < 500 do
-      ask[#ask + 1] = ids[i] .. '$'
-      i = i + step
-    end
-    local got = call('ZMSCORE', key, unpack(ask))
-    for j = 1, #ask do
-      if got[j] then
-        costs[#costs + 1] = -3 - got[j]
-        names[#names + 1] = ask[j]
-      else
-        costs[#costs + 1] = 1
+  -- xh.rewrite replaces the record old (or none) of key with new, which
+  -- it returns: new first, so that the key is never left empty, which Redis
+  -- would delete with its expiry.
+  xh.rewrite = function(key, old, new)
+    if new ~= old then
+      call('ZADD', key, '-1', new)
+      if old then
+        call('ZREM', key, old)
       end
     end
+    return new
   end
-  return costs, names
-end
 
--- exact_keep drops the oldest instants of the log key, which holds n
--- units, its first neg members scored negative (its costs and records):
--- every request of the oldest instant (one score) while the log keeps at
--- least q units without them, so that what it keeps does not hang on the
--- order of ids within an instant. It records when the newest of them came,
--- and returns that T (false if it dropped nothing) and how X and H
--- changed.
-local function exact_keep(key, n, q, neg, h)
-  local drop, dx, dh, last, gone = 0, 0, 0, false, {}
-  -- The instant being read: its score, requests, units, X and H, costs.
-  local gs, gm, gu, gx, gh, gn = false, 0, 0, 0, 0, {}
-  local from, done = neg, false
-  while not done do
-    local r = call('ZRANGE', key, from, from + 31, 'WITHSCORES')
-    local costs = h > 0 and exact_costs(key, r, 1, 2)
-    for j = 1, #r / 2 do
-      local c, s = costs and costs[j] or 1, r[2 * j]
-      if s ~= gs then
-        if gs then
-          -- The instant before is whole: it goes if the log keeps q
-          -- without it.
-          if n - gu < q then
-            done = true
-            break
+  -- xh.costs returns the costs of the requests ids[from], ids[from+step],
+  -- ... of key (step 2 for a reply WITHSCORES), in that order, and the names
+  -- of the costs among them.
+  xh.costs = function(key, ids, from, step)
+    local costs, names = {}, {}
+    local i = from
+    while i <= #ids do
+      local ask = {}
+      while i <= #ids and #ask < 500 do
+        ask[#ask + 1] = ids[i] .. '$'
+        i = i + step
+      end
+      local got = call('ZMSCORE', key, unpack(ask))
+      for j = 1, #ask do
+        if got[j] then
+          costs[#costs + 1] = -3 - got[j]
+          names[#names + 1] = ask[j]
+        else
+          costs[#costs + 1] = 1
+        end
+      end
+    end
+    return costs, names
+  end
+
+  -- xh.keep drops the oldest instants of the log key, which holds n
+  -- units, its first neg members scored negative (its costs and records):
+  -- every request of the oldest instant (one score) while the log keeps at
+  -- least q units without them, so that what it keeps does not hang on the
+  -- order of ids within an instant. It records when the newest of them came,
+  -- and returns that T (false if it dropped nothing) and how X and H
+  -- changed.
+  xh.keep = function(key, n, q, neg, h)
+    local drop, dx, dh, last, gone = 0, 0, 0, false, {}
+    -- The instant being read: its score, requests, units, X and H, costs.
+    local gs, gm, gu, gx, gh, gn = false, 0, 0, 0, 0, {}
+    local from, done = neg, false
+    while not done do
+      local r = call('ZRANGE', key, from, from + 31, 'WITHSCORES')
+      local costs = h > 0 and xh.costs(key, r, 1, 2)
+      for j = 1, #r / 2 do
+        local c, s = costs and costs[j] or 1, r[2 * j]
+        if s ~= gs then
+          if gs then
+            -- The instant before is whole: it goes if the log keeps q
+            -- without it.
+            if n - gu < q then
+              done = true
+              break
+            end
+            n, drop, last, dx, dh = n - gu, drop + gm, gs, dx + gx, dh + gh
+            for _, name in ipairs(gn) do
+              gone[#gone + 1] = name
+            end
           end
-          n, drop, last, dx, dh = n - gu, drop + gm, gs, dx + gx, dh + gh
+          gs, gm, gu, gx, gh, gn = s, 0, 0, 0, 0, {}
+        end
+        gm, gu = gm + 1, gu + c
+        if c ~= 1 then
+          gx, gh, gn[#gn + 1] = gx + c - 1, gh + 1, r[2 * j - 1] .. '$'
+        end
+      end
+      if not done and #r < 64 then
+        done = true -- the newest instant: it goes if the log keeps q without it
+        if gs and n - gu >= q then
+          drop, last, dx, dh = drop + gm, gs, dx + gx, dh + gh
           for _, name in ipairs(gn) do
             gone[#gone + 1] = name
           end
         end
-        gs, gm, gu, gx, gh, gn = s, 0, 0, 0, 0, {}
       end
-      gm, gu = gm + 1, gu + c
-      if c ~= 1 then
-        gx, gh, gn[#gn + 1] = gx + c - 1, gh + 1, r[2 * j - 1] .. '$'
-      end
+      from = from + 32
     end
-    if not done and #r < 64 then
-      done = true -- the newest instant: it goes if the log keeps q without it
-      if gs and n - gu >= q then
-        drop, last, dx, dh = drop + gm, gs, dx + gx, dh + gh
-        for _, name in ipairs(gn) do
-          gone[#gone + 1] = name
-        end
-      end
+    if drop == 0 then
+      return false, 0, 0
     end
-    from = from + 32
+    call('ZREMRANGEBYRANK', key, neg, neg + drop - 1)
+    if #gone > 0 then
+      call('ZREM', key, unpack(gone))
+    end
+    call('ZREMRANGEBYSCORE', key, '-2', '-2')
+    call('ZADD', key, '-2', '#t' .. last)
+    return tonumber(last), -dx, -dh
   end
-  if drop == 0 then
-    return false, 0, 0
-  end
-  call('ZREMRANGEBYRANK', key, neg, neg + drop - 1)
-  if #gone > 0 then
-    call('ZREM', key, unpack(gone))
-  end
-  call('ZREMRANGEBYSCORE', key, '-2', '-2')
-  call('ZADD', key, '-2', '#t' .. last)
-  return tonumber(last), -dx, -dh
 end
 
 -- exact decides a request of cost units recorded as id ("" to peek) on
@@ -186,13 +196,13 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
     grow, w, q, e, xs, h, t, nrec, rec, n = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10]
     admit, allowed = part.admit, part.allowed
   else
-    local r = call('ZRANGEBYSCORE', key, '-2', '-1')
-    -- The commonest record is the one this very limit wrote, alone: read
-    -- it in place, with no string made of W and Q; then W and Q are this
-    -- limit's.
+    -- The commonest record is the one this very limit wrote, first of
+    -- all (no cost below it, no "#t"): read it in place, with no string
+    -- made of W and Q; then W and Q are this limit's. (A cost's name is 9
+    -- bytes, shorter than any record's prefix.)
+    local m = call('ZRANGE', key, '0', '0')[1]
     local mine = nlim == 1 and q1 > 0 and '#e' .. ARGV[x + 1] .. ':' .. ARGV[x] .. ':'
-    local m = r[1]
-    if #r == 1 and mine and string.find(m, mine, 1, true) == 1 then
+    if m and mine and string.find(m, mine, 1, true) == 1 then
       w, q, nrec, rec = w1, q1, 1, m
       if #m == #mine + 13 then
         e = string.sub(m, #mine + 1) + 0
@@ -201,7 +211,7 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
         e, xs, h = er + 0, xr + 0, hr + 0
       end
     else
-      for _, m in ipairs(r) do
+      for _, m in ipairs(call('ZRANGEBYSCORE', key, '-2', '-1')) do
         nrec = nrec + 1
         if string.byte(m, 2) == 116 then -- "#t"
           t = tonumber(string.sub(m, 3))
@@ -235,7 +245,10 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
       -- lose theirs.
       local gone = call('ZRANGEBYSCORE', key, '0', cut)
       if #gone > 0 then
-        local costs, names = exact_costs(key, gone, 1, 1)
+        if not xh then
+          exact_fns()
+        end
+        local costs, names = xh.costs(key, gone, 1, 1)
         for _, c in ipairs(costs) do
           if c ~= 1 then
             xs, h = xs - c + 1, h - 1
@@ -254,11 +267,14 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
       call('ZREMRANGEBYSCORE', key, '-2', '-2')
       nrec, t = nrec - 1, false
     end
+    if dirty and not xh then
+      exact_fns()
+    end
     if dirty and part then
       -- A part writes its record now, before another part's key is read,
       -- so that nothing can fail between the eviction and the record;
       -- alone, it goes with the admission's.
-      rec, dirty = exact_rewrite(key, rec, exact_record(w, q, e, xs, h)), false
+      rec, dirty = xh.rewrite(key, rec, xh.record(w, q, e, xs, h)), false
     end
     n = call('ZCARD', key) - nrec - h + xs
     local fits = true
@@ -270,8 +286,11 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
       local c = n
       if wi < w then
         if h > 0 then
+          if not xh then
+            exact_fns()
+          end
           c = 0
-          for _, u in ipairs(exact_costs(key, call('ZRANGEBYSCORE', key, '(' .. string.format('%d', now - wi), '+inf'), 1, 1)) do
+          for _, u in ipairs(xh.costs(key, call('ZRANGEBYSCORE', key, '(' .. string.format('%d', now - wi), '+inf'), 1, 1)) do
             c = c + u
           end
         else
@@ -301,7 +320,7 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
       -- for which nothing is added. Decide it as one, on the record as the
       -- eviction left it.
       if dirty then
-        exact_rewrite(key, rec, exact_record(w, q, e, xs, h))
+        xh.rewrite(key, rec, xh.record(w, q, e, xs, h))
       end
       exact(key, cost, '', now, score, newest, x, nlim, q1, w1, out, o)
       return true, true
@@ -313,6 +332,9 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
     end
   end
   local life = false
+  if not xh and (grow or dirty or n > q or admit and e * 1000 - now < w) then
+    exact_fns()
+  end
   if id ~= '' and (grow or admit and e * 1000 - now < w) then
     -- The log lives two windows from now.
     life = 2 * math.ceil(w / 1000)
@@ -320,13 +342,13 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
   end
   if id ~= '' and n > q and rec then
     -- Keep about the newest Q units (a new log holds fewer).
-    local tt, dx, dh = exact_keep(key, n, q, nrec + h, h)
+    local tt, dx, dh = xh.keep(key, n, q, nrec + h, h)
     if tt then
       t, xs, h, dirty = tt, xs + dx, h + dh, true
     end
   end
   if dirty then
-    exact_rewrite(key, rec, exact_record(w, q, e, xs, h))
+    xh.rewrite(key, rec, xh.record(w, q, e, xs, h))
   end
   if life then
     call('PEXPIRE', key, life)
@@ -372,8 +394,11 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
           end
         end
       else
+        if not xh then
+          exact_fns()
+        end
         local r = call('ZREVRANGEBYSCORE', key, '+inf', from, 'WITHSCORES')
-        for y, u in ipairs(exact_costs(key, r, 1, 2)) do
+        for y, u in ipairs(xh.costs(key, r, 1, 2)) do
           k = k - u
           if k <= 0 then
             if r[2 * y] + wi - now > retry then

@@ -115,6 +115,9 @@ for i, key in ipairs(KEYS) do
         call('ZREM', key, id .. '$')
         dh = -1
       end
+      if not xh then
+        exact_fns()
+      end
       local r, rec, nrec = call('ZRANGEBYSCORE', key, '-2', '-1'), nil, 0
       for _, m in ipairs(r) do
         nrec = nrec + 1
@@ -129,10 +132,10 @@ for i, key in ipairs(KEYS) do
         local n = call('ZCARD', key) - nrec - h + xs
         if new > had and n > q then
           -- Keep about the newest Q units.
-          local _, kx, kh = exact_keep(key, n, q, nrec + h, h)
+          local _, kx, kh = xh.keep(key, n, q, nrec + h, h)
           xs, h = xs + kx, h + kh
         end
-        exact_rewrite(key, rec, exact_record(w, q, e, xs, h))
+        xh.rewrite(key, rec, xh.record(w, q, e, xs, h))
       end
     end
     local now_cost = new or had
