@@ -32,6 +32,9 @@ const (
 	// flight than its two keys' together, so that the team's limits bind.
 	llmTeamTPM      = 9000
 	llmTeamInFlight = 6
+	// The team's organisation: fewer requests than the team's two keys
+	// send together.
+	llmOrgRPM = 40
 	// llmMargin is taken off the window when the upstream's arrivals are
 	// counted: the limiter counts a request when Redis admits it, the
 	// upstream when it arrives, a few milliseconds later on an idle machine,
@@ -71,7 +74,8 @@ func llmRun(t *testing.T) time.Duration {
 //   - no key ever has more than llmInFlight requests at the upstream;
 //   - the team of sk-tokens-a and sk-tokens-b holds its own limits on
 //     both together: llmTeamTPM (and the overshoot its places allow) and
-//     llmTeamInFlight at the upstream;
+//     llmTeamInFlight at the upstream; the team's organisation
+//     llmOrgRPM;
 //   - the dead replica's places stay taken until their leases end, then the
 //     key reaches llmInFlight requests in flight again within the lease;
 //     its requests never settled keep their reservations;
@@ -92,9 +96,9 @@ func TestLLMProxyFleet(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "llmproxy.json")
 	key := fmt.Sprintf(`{"requests":%d,"tokens":%d,"inFlight":%d}`, llmRPM, llmTPM, llmInFlight)
 	if err := os.WriteFile(config, fmt.Appendf(nil, `{"window":%q,"lease":%q,"redisTimeout":"5s",`+
-		`"teams":{"ab":{"limits":{"tokens":%d,"inFlight":%d}}},`+
+		`"orgs":{"o":{"limits":{"requests":%d}}},"teams":{"ab":{"in":"o","limits":{"tokens":%d,"inFlight":%d}}},`+
 		`"keys":{"sk-tokens-a":{"in":"ab","limits":%s},"sk-tokens-b":{"in":"ab","limits":%s},"*":{"limits":%s}}}`,
-		llmWindow, llmLease, llmTeamTPM, llmTeamInFlight, key, key, key), 0o600); err != nil {
+		llmWindow, llmLease, llmOrgRPM, llmTeamTPM, llmTeamInFlight, key, key, key), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -238,6 +242,12 @@ func TestLLMProxyFleet(t *testing.T) {
 	}
 	if teamMost > llmTeamInFlight {
 		t.Errorf("team ab: %d requests in flight at the upstream at once, want at most %d", teamMost, llmTeamInFlight)
+	}
+	// The organisation's, on the team's keys.
+	orgRequests, _ := maxWindow(team, llmWindow-llmMargin)
+	t.Logf("org o (team ab's keys): busiest window %d requests (org quota %d)", orgRequests, llmOrgRPM)
+	if orgRequests > llmOrgRPM {
+		t.Errorf("org o: %d requests arrived within %v, want at most %d", orgRequests, llmWindow-llmMargin, llmOrgRPM)
 	}
 
 	// The dead replica's places.
