@@ -857,3 +857,17 @@ func TestAShiftThroughARetryMovesEveryUnit(t *testing.T) {
 		settleOp{Of: "r1", Via: 0, Kind: "shift", D: time.Millisecond},
 	})
 }
+
+// TestReplayASettlePastTheHorizonIsAnError: a stepped log keeps the ids of
+// its last 128 admissions; a settle, then a refund, of the 129th newest,
+// whose units still count there, are ErrPastHorizon (the model holds the
+// library to it), never a silent nil; one of the 128th lands.
+func TestReplayASettlePastTheHorizonIsAnError(t *testing.T) {
+	spec := []limiterSpec{{Process: 0, Limits: plan{slidelimit.Per(200, time.Minute).Stepped(time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen}}
+	for _, then := range []string{"settle", "refund"} {
+		replay(t, "sequential/standalone", spec, []op{
+			horizonOp{Lim: 0, Who: "a", Limit: slidelimit.Per(200, time.Minute).Stepped(time.Second), N: 130, Req: "r1", K: steppedIDHorizon, Then: then},
+			horizonOp{Lim: 0, Who: "b", Limit: slidelimit.Per(200, time.Minute).Stepped(time.Second), N: 130, Req: "r2", K: steppedIDHorizon - 1, Then: then},
+		})
+	}
+}
