@@ -463,6 +463,8 @@ func (h *harness) verify() {
 		h.t.Fatalf("model: %s", h.failure)
 	case kindShadow:
 		h.t.Fatalf("model: %s", h.failure)
+	case kindHorizon:
+		h.t.Fatalf("model: %s", h.failure)
 	case kindUndeclared:
 		h.t.Fatalf("model: %s", h.failure)
 	default:
@@ -485,7 +487,7 @@ func ignored(kind string) bool {
 
 var kindNames = map[string]string{"decision": kindDecision, "fallback": kindFallback, "local": kindLocal, "bound": kindBound, "ttl": kindTTL, "stored": kindStored,
 	"slow": kindSlow, "quota": kindQuota, "retry-exact": kindRetryExact, "retry-stepped": kindRetryStepped,
-	"retry-mixed": kindRetryMixed, "retry-ghost": kindRetryGhost, "refund": kindRefund, "settle": kindSettle, "lease": kindLease, "shadow": kindShadow, "undeclared": kindUndeclared}
+	"retry-mixed": kindRetryMixed, "retry-ghost": kindRetryGhost, "refund": kindRefund, "settle": kindSettle, "lease": kindLease, "shadow": kindShadow, "horizon": kindHorizon, "undeclared": kindUndeclared}
 
 // The kinds of failure.
 const (
@@ -505,6 +507,7 @@ const (
 	kindSettle       = "a settle, release or renewal did not leave exactly its units and places"
 	kindLease        = "a renewal found a place in flight the model does not, or none where it does"
 	kindShadow       = "ShadowDenied does not list exactly the shadow limits that would have denied"
+	kindHorizon      = "a settlement's ErrPastHorizon, or its nil, is not what a stepped log that forgot the request, or kept it, gives"
 	kindUndeclared   = "a script ran a command on a key its call did not declare"
 )
 

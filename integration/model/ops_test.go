@@ -918,7 +918,11 @@ func (o settleOp) run(h *harness) {
 			}
 		}
 		if len(lost) > 0 {
-			h.fail(kindLease, "%s at t=%dµs: Renew = %v, which no state of the model of %q gives", o, now, err, lost)
+			kind := kindLease
+			if o.Kind != "renew" {
+				kind = kindHorizon // settleIn narrows a settlement's states only by its horizon
+			}
+			h.fail(kind, "%s at t=%dµs: %s = %v, which no state of the model of %q gives", o, now, o.Kind, err, lost)
 			for _, g := range groupsOf(cl) {
 				h.identity(g.name).lose("a failure passed over")
 			}
