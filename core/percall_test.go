@@ -2,7 +2,6 @@ package slidelimit_test
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,33 +30,10 @@ func logSize(t *testing.T, rdb redis.Cmdable, prefix, identity string) int64 {
 	return keyUnits(t, rdb, key)
 }
 
-// keyUnits returns the units the exact log key holds: a request is its
-// 8-byte id scored with its time, of 1 unit unless the log holds its cost
-// as id + "$" scored -3 - cost.
+// keyUnits returns the units the exact log key holds.
 func keyUnits(t *testing.T, rdb redis.Cmdable, key string) int64 {
 	t.Helper()
-	members, err := rdb.ZRangeWithScores(t.Context(), key, 0, -1).Result()
-	if err != nil {
-		t.Fatalf("ZRANGE %s: %v", key, err)
-	}
-	costs := map[string]int64{}
-	for _, z := range members {
-		if m := z.Member.(string); z.Score <= -3 {
-			costs[strings.TrimSuffix(m, "$")] = int64(-3 - z.Score)
-		}
-	}
-	var n int64
-	for _, z := range members {
-		if z.Score < 0 {
-			continue
-		}
-		if c, ok := costs[z.Member.(string)]; ok {
-			n += c
-		} else {
-			n++
-		}
-	}
-	return n
+	return redistest.ExactLogUnits(t, rdb, key)
 }
 
 // TestAllowLimitsPerCall decides calls of one identity under plans given

@@ -98,33 +98,10 @@ func zcard(t testing.TB, rdb redis.UniversalClient, prefix, identity string, lim
 	return logUnits(t, rdb, key)
 }
 
-// logUnits returns the units the exact log key holds: a request is its
-// 8-byte id scored with its time, of 1 unit unless the log holds its cost as
-// id + "$", scored -3 - cost (Key).
+// logUnits returns the units the exact log key holds.
 func logUnits(t testing.TB, rdb redis.UniversalClient, key string) int64 {
 	t.Helper()
-	members, err := rdb.ZRangeWithScores(t.Context(), key, 0, -1).Result()
-	if err != nil {
-		t.Fatalf("ZRANGE %s: %v", key, err)
-	}
-	costs := map[string]int64{}
-	for _, z := range members {
-		if m, _ := z.Member.(string); z.Score <= -3 {
-			costs[strings.TrimSuffix(m, "$")] = int64(-3 - z.Score)
-		}
-	}
-	var n int64
-	for _, z := range members {
-		if z.Score < 0 {
-			continue
-		}
-		if c, ok := costs[z.Member.(string)]; ok {
-			n += c
-		} else {
-			n++
-		}
-	}
-	return n
+	return redistest.ExactLogUnits(t, rdb, key)
 }
 
 // The helper-process protocol. The parent test re-executes its own binary

@@ -115,28 +115,7 @@ func (h *harness) refund(p *Plan, cost int, id string) int64 {
 // units returns the units the exact log holds.
 func (h *harness) units() int64 {
 	h.t.Helper()
-	members, err := h.rdb.ZRangeWithScores(h.t.Context(), h.log, 0, -1).Result()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	costs := map[string]int64{} // a request's cost, when not 1: its id + "$", scored -3 - cost
-	for _, z := range members {
-		if m := z.Member.(string); z.Score <= -3 {
-			costs[strings.TrimSuffix(m, "$")] = int64(-3 - z.Score)
-		}
-	}
-	var n int64
-	for _, z := range members {
-		if z.Score < 0 {
-			continue
-		}
-		if c, ok := costs[z.Member.(string)]; ok {
-			n += c
-		} else {
-			n++
-		}
-	}
-	return n
+	return redistest.ExactLogUnits(h.t, h.rdb, h.log)
 }
 
 func newID() string {
