@@ -29,10 +29,10 @@ const longReps = 5
 //   - evict: the first call half a day after a full day (a stepped limit
 //     drops 720 steps).
 //
-// Quotas above MaxExactQuota, and costs above MaxExactCost, are counted in
-// steps by the limiter; their exact figures run the allow script directly
-// with the keys and arguments the limiter would send for an exact limit,
-// to show what the exact log would cost.
+// Quotas above MaxExactQuota are counted in steps by the limiter; their
+// exact figures run the allow script directly with the keys and arguments
+// the limiter would send for an exact limit, to show what the exact log
+// would cost.
 func (b *bench) longWindows(ctx context.Context) error {
 	fmt.Printf("\n== long windows: one identity of a daily quota, exact and at one-minute steps (MEMORY USAGE of its keys at full quota; Redis µs of one decision, INFO commandstats, fastest of %d identities)\n", longReps)
 	fmt.Printf("%-9s %-8s %12s %10s %12s %10s %10s\n", "quota/day", "mode", "B at full", "cost 1", "cost quota", "denied", "evict")
