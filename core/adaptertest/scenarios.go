@@ -133,30 +133,37 @@ func burst(t *testing.T, a Adapter) {
 			const quota, n = 10, 60
 			srv := a(t, Settings{Limiter: NewLimiter(t, rc.rdb(t), slidelimit.Per(quota, time.Minute))})
 			busyLoops(t)
-			var admitted, denied atomic.Int64
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					switch r := get(t, srv, "/a"); r.Status {
-					case http.StatusOK:
-						admitted.Add(1)
-					case http.StatusTooManyRequests:
-						denied.Add(1)
-					default:
-						t.Errorf("burst request = %d, want 200 or 429", r.Status)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			if admitted.Load() != quota || denied.Load() != n-quota {
-				t.Errorf("burst of %d: %d admitted, %d denied; want %d, %d", n, admitted.Load(), denied.Load(), quota, n-quota)
-			}
+			burstOf(t, n, quota, func(int) Response { return get(t, srv, "/a") })
 		})
+	}
+}
+
+// burstOf sends n requests at once, the i-th by send(i), and checks that
+// exactly quota of them are admitted and the rest denied.
+func burstOf(t *testing.T, n, quota int64, send func(i int) Response) {
+	t.Helper()
+	var admitted, denied atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range int(n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			switch r := send(i); r.Status {
+			case http.StatusOK:
+				admitted.Add(1)
+			case http.StatusTooManyRequests:
+				denied.Add(1)
+			default:
+				t.Errorf("burst request = %d, want 200 or 429", r.Status)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if admitted.Load() != quota || denied.Load() != n-quota {
+		t.Errorf("burst of %d: %d admitted, %d denied; want %d, %d", n, admitted.Load(), denied.Load(), quota, n-quota)
 	}
 }
 

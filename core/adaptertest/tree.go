@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,29 +148,7 @@ func treeBurst(t *testing.T, a Adapter) {
 					limits(slidelimit.PerMinute(2).Named("key"))),
 			})
 			busyLoops(t)
-			var admitted, denied atomic.Int64
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					switch r := get(t, srv, "/a", TreeHeader, fmt.Sprintf("t%d/k%d", i%2, i)); r.Status {
-					case http.StatusOK:
-						admitted.Add(1)
-					case http.StatusTooManyRequests:
-						denied.Add(1)
-					default:
-						t.Errorf("burst request = %d, want 200 or 429", r.Status)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			if admitted.Load() != quota || denied.Load() != n-quota {
-				t.Errorf("burst of %d: %d admitted, %d denied; want %d, %d", n, admitted.Load(), denied.Load(), quota, n-quota)
-			}
+			burstOf(t, n, quota, func(i int) Response { return get(t, srv, "/a", TreeHeader, fmt.Sprintf("t%d/k%d", i%2, i)) })
 		})
 	}
 }
