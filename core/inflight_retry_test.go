@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	slidelimit "github.com/slidelimit/slidelimit/core"
 	"github.com/slidelimit/slidelimit/core/redistest"
 )
@@ -71,4 +72,30 @@ func TestInFlightDenialsSayWhenAPlaceFrees(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAnUnreadableHoldEstimateNeverFailsADecision: an in-flight log whose
+// estimate of a hold is not one the script wrote still decides, and a
+// release starts the estimate over.
+func TestAnUnreadableHoldEstimateNeverFailsADecision(t *testing.T) {
+	rdb := redistest.Client(t)
+	limit := slidelimit.InFlight(1, time.Minute)
+	lim, prefix := newLimiter(t, rdb, limit, slidelimit.WithDenyCache(0))
+	ctx := t.Context()
+	held := allowNOK(t, lim, "k", 1)
+	key, err := slidelimit.Key(prefix, "k", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZAdd(ctx, key, redis.Z{Score: -1, Member: "#hgarbage"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := lim.Allow(ctx, "k")
+	if err != nil || res.Allowed || res.RetryAfter <= 50*time.Second {
+		t.Fatalf("Allow beside an unreadable estimate = %+v, %v; want denied until the lease's end", res, err)
+	}
+	if err := lim.Release(ctx, held); err != nil {
+		t.Fatalf("Release beside an unreadable estimate = %v", err)
+	}
+	allowNOK(t, lim, "k", 1)
 }

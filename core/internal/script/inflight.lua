@@ -34,8 +34,8 @@
 inflight_held = function(key, h)
   local old = call('ZRANGEBYSCORE', key, '-1', '-1')[1]
   local d = 0
-  if old then
-    local hr, dr = string.match(old, '^#h(%d+):(%d+)$')
+  local hr, dr = string.match(old or '', '^#h(%d+):(%d+)$')
+  if hr then -- a record this script did not write starts over
     hr, dr = hr + 0, dr + 0
     h, d = math.floor((7 * hr + h) / 8), math.floor((7 * dr + math.abs(h - hr)) / 8)
   end
@@ -112,9 +112,8 @@ inflight_finish = function(key, now, id, admit, allowed, n, x, nlim, q1, w1, out
     if held + 1 > q and (shadow or not allowed) then -- this limit alone would deny
       local first = call('ZRANGEBYSCORE', key, '(' .. string.format('%d', now), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2]
       retry = math.max(first - now, 0)
-      local est = call('ZRANGEBYSCORE', key, '-1', '-1')[1]
-      if est then
-        local h, d = string.match(est, '^#h(%d+):(%d+)$')
+      local h, d = string.match(call('ZRANGEBYSCORE', key, '-1', '-1')[1] or '', '^#h(%d+):(%d+)$')
+      if h then -- no estimate, or one this script cannot read: the lease's end
         h, d = h + 0, d + 0
         local f, g = first - lease + h - now, math.floor(h / q)
         if f > 0 then
