@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -552,32 +553,57 @@ func TestQuotasOfBillionsAdmitAndSettle(t *testing.T) {
 	})
 }
 
-// TestASettlePastAStepsHorizonIsAnError: a stepped log keeps the ids of
-// its last 128 admissions; a Settle or Refund of an older request whose
-// units still count is ErrPastHorizon, never a silent nil, while its exact
-// limit takes the correction. One within the horizon settles as ever.
-func TestASettlePastAStepsHorizonIsAnError(t *testing.T) {
+// TestASettleReachesBackByTime: a stepped log keeps its requests' ids for
+// the shorter of its window and 15 minutes, whatever the identity admits
+// meanwhile. An organisation's request settles exactly after 10,000 more
+// admissions; a day's budget settles one 14 minutes old; a Settle or
+// Refund of one 17 minutes old, whose units still count, is
+// ErrPastHorizon, never a silent nil, while its exact limit takes the
+// correction.
+func TestASettleReachesBackByTime(t *testing.T) {
 	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
-		stepped := slidelimit.PerMinute(100_000)
-		lim, _ := newLimiter(t, rdb, stepped, slidelimit.WithLimits(slidelimit.PerMinute(1000).Named("exact")), slidelimit.WithDenyCache(0))
+		lim, _ := newLimiter(t, rdb, slidelimit.PerMinute(100_000), slidelimit.WithDenyCache(0))
 		ctx := t.Context()
 		old := allowNOK(t, lim, "org", 10)
-		var recent slidelimit.Result
-		for i := range 128 {
-			recent = allowNOK(t, lim, "org", 1)
-			if i == 0 {
-				// The 129th newest, once 128 more have come.
-				if err := lim.Settle(ctx, old, 10); err != nil {
-					t.Fatalf("Settle within the horizon = %v", err)
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 10_000 / 16 {
+					if res, err := lim.Allow(ctx, "org"); err != nil || !res.Allowed {
+						t.Errorf("Allow = %+v, %v; want admitted", res, err)
+						return
+					}
 				}
-			}
+			}()
 		}
+		wg.Wait()
+		if err := lim.Settle(ctx, old, 2); err != nil {
+			t.Fatalf("Settle after 10,000 admissions = %v, want nil", err)
+		}
+		if got := peekRemaining(t, lim, "org"); got[0] != 100_000-10_002 {
+			t.Fatalf("after it, Remaining = %d, want %d", got[0], 100_000-10_002)
+		}
+	})
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		clock := newClock(time.Minute)
+		lim, _ := newLimiter(t, rdb, slidelimit.PerDay(5_000_000), slidelimit.WithLimits(slidelimit.PerHour(1000).Named("exact")),
+			slidelimit.WithClock(clock.Now), slidelimit.WithDenyCache(0))
+		ctx := t.Context()
+		old := allowNOK(t, lim, "org", 10)
+		clock.Add(14 * time.Minute)
+		if err := lim.Settle(ctx, old, 20); err != nil {
+			t.Fatalf("Settle 14 minutes later = %v, want nil", err)
+		}
+		clock.Add(3 * time.Minute)
+		recent := allowNOK(t, lim, "org", 1) // it sweeps the ids older than the horizon
 		err := lim.Settle(ctx, old, 2)
 		if !errors.Is(err, slidelimit.ErrPastHorizon) {
-			t.Fatalf("Settle of the 129th newest admission = %v, want ErrPastHorizon", err)
+			t.Fatalf("Settle 17 minutes later = %v, want ErrPastHorizon", err)
 		}
-		if got := peekRemaining(t, lim, "org"); got[0] != 100_000-138 || got[1] != 1000-130 {
-			t.Errorf("after it, Remaining = %v, want the stepped limit at %d (it kept 10) and the exact one at %d (it took 2)", got, 100_000-138, 1000-130)
+		if got := peekRemaining(t, lim, "org"); got[0] != 5_000_000-21 || got[1] != 1000-3 {
+			t.Errorf("after it, Remaining = %v, want the stepped limit at %d (it kept 20) and the exact one at %d (it took 2)", got, 5_000_000-21, 1000-3)
 		}
 		if err := lim.Refund(ctx, old); !errors.Is(err, slidelimit.ErrPastHorizon) {
 			t.Errorf("Refund of it = %v, want ErrPastHorizon", err)

@@ -28,8 +28,8 @@ var (
 	ErrLeaseEnded = errors.New("slidelimit: lease ended")
 	// ErrPastHorizon means Settle, Refund or Shift came after a stepped
 	// limit had forgotten the request while its units still count: a
-	// stepped log keeps the ids of the identity's last 128 admissions at
-	// its step, and this one is older. Its other limits took the
+	// stepped log keeps a request's id for the shorter of its window and
+	// 15 minutes, and this one is older. Its other limits took the
 	// correction; that one still counts the request as admitted. Exact
 	// limits know a request as long as it counts.
 	ErrPastHorizon = errors.New("slidelimit: request past its stepped limit's horizon")

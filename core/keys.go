@@ -35,10 +35,12 @@ const DefaultPrefix = "slidelimit:"
 // one to two of its longest window past its last admission.
 //
 // A stepped limit counts the stepped log of its step, the stem + ":#" +
-// the step in µs (":#60000000" for a minute): a string of about 11.8 KB
-// holding a header, the ids of the identity's last 128 admissions at that
-// step (so that a retried call counts once and a refund finds its step) and
-// a ring of one 48-bit count per step. A limit that counts requests
+// the step in µs (":#60000000" for a minute): a string of about 8.7 KB
+// holding a header and a ring of one 48-bit count per step; and beside it,
+// at its key + ":ids", the ids of the requests it admitted in the shorter
+// of its window and 15 minutes (a sorted set scored by time, each cost
+// other than 1 beside its id), so that a retried call counts once and a
+// settlement finds its step. A limit that counts requests
 // (Limit.Requests) counts a log of its own, the stem + ":#req" and its
 // step's suffix (":#0" if exact); an in-flight limit (Limit.InFlight) the
 // sorted set of leases at the stem + ":#inflight". The levels of a
@@ -86,6 +88,9 @@ const (
 	requestsSuffix = ":#req"
 )
 
+// idsSuffix follows a stepped log's key in the key of its ids.
+const idsSuffix = ":ids"
+
 // partSuffix returns what follows the stem in the key of part.
 func partSuffix(part script.Part) string {
 	s := ""
@@ -97,6 +102,9 @@ func partSuffix(part script.Part) string {
 	}
 	if part.Step >= 0 {
 		s += stepSuffix(part.Step)
+	}
+	if part.IDs {
+		s += idsSuffix
 	}
 	return s
 }

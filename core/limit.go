@@ -242,13 +242,12 @@ func (l Limit) windowSeconds() int64 {
 
 // limitSet is a validated list of limits, compiled for the allow script.
 type limitSet struct {
-	limits      []Limit
-	plan        *script.Plan
-	minQuota    int           // the largest cost a request may have: every enforced limit of units admits it
-	steppedSpan time.Duration // how long a request counts in its stepped limits: their longest Window and Step
-	sig         string        // the limits, each name, quota, window and step: the same for equal sets
-	levels      []int         // levels[i]: the level limit i counts, for a tenant's tree; nil: all 0
-	suffixes    []string      // suffixes[i]: what follows its level's log key in the key of part i of plan (partSuffix), made once
+	limits   []Limit
+	plan     *script.Plan
+	minQuota int      // the largest cost a request may have: every enforced limit of units admits it
+	sig      string   // the limits, each name, quota, window and step: the same for equal sets
+	levels   []int    // levels[i]: the level limit i counts, for a tenant's tree; nil: all 0
+	suffixes []string // suffixes[i]: what follows its level's log key in the key of part i of plan (partSuffix), made once
 }
 
 // newLimitSet validates limits: each must be valid, and their names
@@ -286,9 +285,6 @@ func compileSet(limits []Limit, levels []int) (limitSet, error) {
 			Shadow: lim.Shadow, InFlight: lim.InFlight, Requests: lim.Requests, Level: level}
 		if !lim.InFlight && !lim.Shadow && !lim.Requests {
 			s.minQuota = min(s.minQuota, lim.Quota)
-		}
-		if step := lim.Resolution(); step > 0 && !lim.InFlight {
-			s.steppedSpan = max(s.steppedSpan, lim.Window+step)
 		}
 	}
 	s.plan = script.NewPlan(compiled)

@@ -387,8 +387,9 @@ type requestIDKey struct{}
 // cost. Without it every call gets a fresh random id, which already makes
 // go-redis's own retries safe.
 //
-// A stepped limit (see Limit.Step) keeps the ids of the identity's last 128
-// admissions at its step: a retry after more newer admissions counts again.
+// A stepped limit (see Limit.Step) keeps an id for the shorter of its
+// window and 15 minutes after the admission: a retry after that counts
+// again.
 //
 // The id must be unique per logical request across every server sharing
 // the limit, such as a request id your service generates. Never take it

@@ -37,9 +37,10 @@ import (
 // flight end with their lease.
 // Settling a Result that was not admitted, or was a Fallback, does
 // nothing; nor does a request the window has let go. A stepped limit finds
-// the request among the identity's last 128 admissions at its step: the
-// settle of an older one that still counts there returns ErrPastHorizon
-// (its other limits take it), never a silent nil.
+// the request for the shorter of its window and 15 minutes after its
+// admission, whatever the identity admits meanwhile: the settle of an
+// older one that still counts there returns ErrPastHorizon (its other
+// limits take it), never a silent nil.
 // The name follows golang.org/x/time/rate, whose Reservation is admitted
 // ahead of its use: here the Result of AllowN is the reservation, and
 // Settle its correction. Settle(ctx, r, 0) is Refund.
@@ -59,9 +60,9 @@ func (l *Limiter) Settle(ctx context.Context, r Result, actual int) error {
 // releases the places the request holds in flight. Refunding twice, or a
 // Result that was not admitted or was a Fallback, does nothing; a retry of
 // a refunded request's id is a new request. A stepped limit (see
-// Limit.Step) finds the request among the identity's last 128 admissions
-// at its step; an older one that still counts there is not refunded there,
-// and Refund returns ErrPastHorizon. The Result knows the
+// Limit.Step) finds the request for the shorter of its window and 15
+// minutes after its admission; an older one that still counts there is
+// not refunded there, and Refund returns ErrPastHorizon. The Result knows the
 // limiter that recorded it, and so its keys: it is refunded where it was
 // recorded even if l is another limiter on the same client, within l's
 // own timeout (WithTimeout), as are Settle, Release, Renew and Shift.
@@ -140,7 +141,7 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 	}
 	// One call, whatever the correction: no log's work grows with it.
 	lo, hi := int(a.lo.Load()), int(a.hi.Load())
-	args := a.set.plan.SettleArgs(a.id, lo, hi, cost, lease, from.now(), shift)
+	args := a.set.plan.SettleArgs(a.id, a.at.UnixMicro(), lo, hi, cost, lease, from.now(), shift)
 	var leases, missed int
 	// On the client that recorded it, within this limiter's own timeout:
 	// the call is l's, whatever limiter admitted the request.
@@ -168,14 +169,15 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 	if what == "renew" && leases == 0 {
 		return ErrLeaseEnded
 	}
-	if missed > 0 && (cost >= 0 || shift > 0) && recorded > 0 && from.clockNow(time.Now()).Before(a.at.Add(a.set.steppedSpan)) {
-		// A stepped log wrote over the request's id while its units still
-		// count: never a silent nil.
+	if missed > 0 && (cost >= 0 || shift > 0) && recorded > 0 {
+		// A stepped log forgot the request's id for its age while its
+		// units still count: never a silent nil.
 		if n := from.pastHorizon.Add(1); n&(n-1) == 0 && from.outage.log != nil {
-			from.outage.log.WarnContext(ctx, "slidelimit: a settlement came after a stepped limit forgot its request (it keeps the last 128 admissions' ids)",
+			from.outage.log.WarnContext(ctx, "slidelimit: a settlement came after a stepped limit's horizon (the shorter of its window and 15 minutes)",
 				"op", what, "times", n)
 		}
-		return fmt.Errorf("%w: %s of a request older than the last 128 admissions of a stepped limit's log", ErrPastHorizon, what)
+		return fmt.Errorf("%w: %s of a request admitted %v ago, past a stepped limit's horizon (the shorter of its window and 15 minutes)",
+			ErrPastHorizon, what, from.clockNow(time.Now()).Sub(a.at).Round(time.Millisecond))
 	}
 	return nil
 }

@@ -224,8 +224,11 @@ func TestWaitFollowsTheFailurePolicy(t *testing.T) {
 		}
 		admitted = append(admitted, time.Now())
 	}
-	if gap := admitted[1].Sub(admitted[0]); gap < 400*time.Millisecond {
-		t.Errorf("FailLocal admitted two units %v apart, want a window (400 ms) apart on a share of 1", gap)
+	// The first stamp may come late on a loaded host (it follows the
+	// admission): what a share of 1 must not do is admit the second at
+	// once, or well within the window.
+	if gap := admitted[1].Sub(admitted[0]); gap < 350*time.Millisecond {
+		t.Errorf("FailLocal admitted two units %v apart, want about a window (400 ms) apart on a share of 1", gap)
 	}
 	awaitNoQueues(t)
 }

@@ -209,9 +209,75 @@ func TestSteppedMemoryAtFullQuota(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := memoryUsage(t, rdb, key)
+	total := memoryUsage(t, rdb, key) + memoryUsage(t, rdb, key+":ids")
 	t.Logf("100,000/day at 1m steps, full quota: %d B", total)
 	if total > maxSteppedDayBytes {
 		t.Errorf("a 100,000/day identity at one-minute steps holds %d B at full quota, want at most %d", total, maxSteppedDayBytes)
+	}
+}
+
+// TestSettleHorizonMemory measures what a stepped limit's ids cost an
+// identity: every request it admitted in the last min(window, 15 minutes)
+// (and up to a sixteenth more) keeps its id, and a request of a cost other
+// than 1 its cost beside it, so the ids grow with the request rate times
+// the horizon, not with the quota. It runs 17 minutes of a fake clock at
+// two rates, and checks that the ids hold what the horizon says and that
+// the bytes stay within the bound core's README states:
+//   - 100,000 requests a day (1.16 a second) of cost 1, PerDay(100_000);
+//   - 10^9 units a day as requests of 1,000 (11.6 a second), PerDay(1e9).
+func TestSettleHorizonMemory(t *testing.T) {
+	rdb := redistest.Client(t)
+	for _, c := range []struct {
+		name     string
+		quota    int
+		perDay   int // requests a day
+		cost     int
+		maxPerID int64 // bytes a request in the horizon may take
+	}{
+		{"100,000/day", 100_000, 100_000, 1, 130},
+		{"1e9/day", 1_000_000_000, 1_000_000, 1000, 300},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := redistest.Prefix(t)
+			limit := slidelimit.PerDay(c.quota)
+			now := time.Now().Truncate(time.Minute)
+			lim := newLimiter(t, rdb, prefix, limit, slidelimit.WithTimeout(10*time.Second),
+				slidelimit.WithDenyCache(0), slidelimit.WithClock(func() time.Time { return now }))
+			every := 24 * time.Hour / time.Duration(c.perDay)
+			n := int(17 * time.Minute / every)
+			for i := range n {
+				res, err := lim.AllowN(t.Context(), "id", c.cost)
+				if err != nil || !res.Allowed {
+					t.Fatalf("admission %d: %+v, %v; want admitted", i, res, err)
+				}
+				now = now.Add(every)
+			}
+			key, err := slidelimit.Key(prefix, "id", limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := key + ":ids"
+			held, err := rdb.ZCard(t.Context(), ids).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each request of the last 15 minutes, and up to a sixteenth
+			// more; two members each at a cost other than 1; the set's own.
+			members := int64(1)
+			if c.cost != 1 {
+				members = 2
+			}
+			lo := members * int64(15*time.Minute/every)
+			hi := members*int64((15*time.Minute+15*time.Minute/16)/every+1) + 1
+			if held < lo || held > hi {
+				t.Errorf("the ids hold %d members, want %d to %d", held, lo, hi)
+			}
+			log, set := memoryUsage(t, rdb, key), memoryUsage(t, rdb, ids)
+			perID := set / (held / members)
+			t.Logf("%s: %d requests in the horizon; log %d B, ids %d B (%d B a request)", c.name, held/members, log, set, perID)
+			if perID > c.maxPerID {
+				t.Errorf("the ids take %d B a request, want at most %d", perID, c.maxPerID)
+			}
+		})
 	}
 }

@@ -238,15 +238,10 @@ func (o refundPeekOp) run(h *harness) {
 		step := l.Resolution().Microseconds()
 		counts := inWindow(since.UnixMicro(), end.UnixMicro(), l.Window.Microseconds(), step)
 		if step != 0 {
-			// Within the last 128 admissions at its step: fewer than
-			// that may have come after it.
-			later := 0
-			for _, x := range h.hist.records {
-				if x.admitted() && !x.b.Before(since) && x != admitted && slices.ContainsFunc(x.limits, func(y slidelimit.Limit) bool { return y.Resolution() == l.Resolution() }) {
-					later++
-				}
-			}
-			counts = counts && later < steppedIDHorizon
+			// Within its horizon: its id is surely kept for the shorter of
+			// its window and 15 minutes after its admission (on Redis's
+			// clock, which may lag the host's by clockLag).
+			counts = counts && end.Sub(since)+clockLag < micro(steppedIDHorizon(l.Window.Microseconds()))
 		}
 		// Remaining is the quota less the count only while it is above 0.
 		if counts && b > 0 && b+cost <= l.Quota && a-b < cost {
@@ -344,9 +339,9 @@ func (hi *history) judgeHistory() {
 			}
 		}
 		// The id is surely kept by the exact log while fewer units than its
-		// largest exact quota came after it, and by a stepped log while
-		// fewer than steppedIDHorizon admissions did.
-		kind, q, stepped := kindRetryStepped, 0, false
+		// largest exact quota came after it, and by a stepped log for its
+		// horizon after its admission.
+		kind, q, stepped := kindRetryStepped, 0, slidelimit.MaxWindow
 		for _, l := range r.limits {
 			if l.InFlight {
 				continue
@@ -354,11 +349,11 @@ func (hi *history) judgeHistory() {
 			if l.Resolution() == 0 {
 				kind, q = kindRetryExact, max(q, l.Quota)
 			} else {
-				stepped = true
+				stepped = min(stepped, micro(steppedIDHorizon(l.Window.Microseconds())))
 			}
 		}
 		kept := q > 0 && exactIDKept(f.c.Cost, q, hi.unitsAfter(f)) ||
-			stepped && hi.admittedAfter(f) < steppedIDHorizon
+			stepped < slidelimit.MaxWindow && r.b.Sub(f.a)+clockLag < stepped
 		if !kept {
 			continue
 		}

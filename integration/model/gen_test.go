@@ -273,9 +273,9 @@ func pickHandle(t *rapid.T, h *harness, label string) (string, bool) {
 
 // pickNear draws a handle of a past call with a request id that was
 // admitted, the k-th newest of its identity's, with k around a documented
-// horizon: the newest few, the steppedIDHorizon newest a stepped log
-// keeps, and the quota of an exact limit used on it. Half the time it is
-// pickHandle's draw.
+// horizon: the newest few, and the quota of an exact limit used on it.
+// Half the time it is pickHandle's draw. (A stepped log's horizon is one
+// of time: genHorizon probes it.)
 func pickNear(t *rapid.T, h *harness, label string) (string, bool) {
 	if uniform(t, 2, label+" near a horizon") == 1 {
 		who := rapid.SampledFrom(identities[:3]).Draw(t, label+" identity")
@@ -285,7 +285,7 @@ func pickNear(t *rapid.T, h *harness, label string) (string, bool) {
 				mine = append(mine, h.order[i])
 			}
 		}
-		ks := []int{0, 1, 2, steppedIDHorizon - 8, steppedIDHorizon - 4, steppedIDHorizon - 2, steppedIDHorizon - 1, steppedIDHorizon, steppedIDHorizon + 1}
+		ks := []int{0, 1, 2, 8, 63, 64, 65}
 		if im := h.ids[who]; im != nil && im.maxExact > 0 {
 			ks = append(ks, im.maxExact-1, im.maxExact, im.maxExact+1)
 		}
@@ -317,7 +317,7 @@ func genBurst(t *rapid.T, h *harness) op {
 	c := genCall(t, h, "")
 	n := rapid.IntRange(1, 20).Draw(t, "burst")
 	if uniform(t, 2, "long burst") == 1 {
-		n = rapid.IntRange(steppedIDHorizon+1, 2*steppedIDHorizon+40).Draw(t, "burst")
+		n = rapid.IntRange(steppedSweep+1, 2*steppedSweep+40).Draw(t, "burst")
 	}
 	return burstOp{Lim: c.Lim, Who: c.Who, Cost: c.Cost, Plan: c.Plan, N: n, Req: c.Req, ID: c.ID}
 }
@@ -584,18 +584,24 @@ var horizonCatalogue = []slidelimit.Limit{
 	slidelimit.Per(300, time.Hour).Stepped(time.Minute),
 }
 
-// genHorizon draws a probe of the stepped ids' horizon: a burst of more
-// admissions with ids than a stepped log keeps the ids of, then a retry,
-// refund or settle of the k-th newest, k around the horizon.
+// genHorizon draws a probe of the stepped ids' horizon: two bursts of
+// admissions with ids, a gap apart, then, around the horizon later, an
+// admission that sweeps the ids due, then a retry, refund or settle of the
+// k-th newest of the bursts'.
 func genHorizon(t *rapid.T, h *harness) op {
 	c := genCall(t, h, "")
 	l := rapid.SampledFrom(horizonCatalogue).Draw(t, "horizon limit")
-	n := steppedIDHorizon + 1 + uniform(t, 16, "horizon burst")
-	// The first of each list is what rapid draws most: just past the
-	// horizon, and a settle (ErrPastHorizon).
-	ks := []int{steppedIDHorizon, steppedIDHorizon + 1, steppedIDHorizon - 1, steppedIDHorizon - 4, steppedIDHorizon - 8}
-	return horizonOp{Lim: c.Lim, Who: c.Who, Limit: l, N: n, Req: c.Req,
-		K: ks[uniform(t, len(ks), "k-th newest")], Then: []string{"settle", "refund", "retry"}[uniform(t, 3, "then")]}
+	hz := micro(steppedIDHorizon(l.Window.Microseconds()))
+	step := l.Resolution()
+	// The first of each list is what rapid draws most: past the horizon
+	// and its sixteenth, when a sweep is surely due, and a settle
+	// (ErrPastHorizon).
+	after := []time.Duration{hz + hz/16 + step, hz - step, hz, hz + hz/16, 2 * hz}[uniform(t, 5, "after")]
+	n := 1 + uniform(t, 3*steppedSweep/2, "first burst")
+	m := uniform(t, steppedSweep+8, "second burst")
+	gap := []time.Duration{time.Millisecond, 0, step}[uniform(t, 3, "gap")]
+	return horizonOp{Lim: c.Lim, Who: c.Who, Limit: l, N: n, Gap: gap, M: m, After: after, Req: c.Req,
+		K: uniform(t, n+m, "k-th newest"), Then: []string{"settle", "refund", "retry"}[uniform(t, 3, "then")]}
 }
 
 // genHolds draws a probe of the in-flight log's estimate of a hold: two

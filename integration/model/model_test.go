@@ -500,7 +500,7 @@ const (
 	kindSlow         = "a script call kept Redis busy past the bound"
 	kindQuota        = "a limit admitted more than its quota in a window"
 	kindRetryExact   = "a retried id the exact log holds was not answered as admitted once"
-	kindRetryStepped = "a retried id among its step's last 128 admissions was not answered as admitted once"
+	kindRetryStepped = "a retried id within its stepped log's horizon was not answered as admitted once"
 	kindRetryMixed   = "a retried id a stepped limit still counts was counted again once the exact log let it go"
 	kindRetryGhost   = "a request was answered as a retry of an id the model holds unrecorded"
 	kindRefund       = "a refund did not give back exactly its units"
@@ -673,6 +673,28 @@ func (h *harness) checkKeys() {
 			what = "in-flight log"
 			members, ttl = inflightBound(im.maxInFlight, im.shadowInFlight), inflightTTLBound(im.longestLease)
 			bytes = keyBytesBound(members)
+		case strings.HasPrefix(rest, ":#") && strings.HasSuffix(rest, ":ids") && k.typ == "zset":
+			step, err := strconv.ParseInt(strings.TrimSuffix(rest[2:], ":ids"), 10, 64)
+			longest, used := im.longestAt[step]
+			if err != nil || !used {
+				h.fail(kindBound, "%s of %q: the ids of a stepped log of a step no limit used on it counts at", k.key, who)
+				return
+			}
+			// "the set holds the ids of at most H * 17/16 of admissions,
+			// and what a backlog leaves": those of the model's states, a
+			// cost beside each, and "#".
+			what = "stepped log's ids"
+			for _, st := range im.states {
+				if g := st.s[step]; g != nil {
+					members = max(members, 2*int64(len(g.ids))+1)
+				}
+			}
+			if h.hist != nil {
+				// The concurrent modes keep no states: every call of the
+				// check, at most.
+				members = 2*int64(len(h.hist.records)) + 1
+			}
+			ttl, bytes = steppedTTLBound(longest, micro(step)), keyBytesBound(members)
 		case strings.HasPrefix(rest, ":#") && k.typ == "string":
 			step, err := strconv.ParseInt(rest[2:], 10, 64)
 			longest, used := im.longestAt[step]

@@ -84,23 +84,28 @@ func recordWrites(peek, admit, retryFits bool, parts int, grow, renew bool) bool
 // so never too early out of any window."
 func steppedBucket(now, step, newest int64) int64 { return max(floorDiv(now, step), newest) }
 
-// steppedIDHorizon is how many of a stepped log's latest admissions keep
-// their request ids: "the request ids of the last IDS admissions, in the
-// order they came ... A retried call is found here, and a refund finds its
-// bucket. A refunded entry is zeroed." Limiter.Refund: "A stepped limit
-// (see Limit.Step) finds the request among the identity's last 128
-// admissions at its step; an older one is not refunded there."
-// ContextWithRequestID: "A stepped limit keeps the ids of the identity's
-// last 128 admissions at its step: a retry after more newer admissions
-// counts again."
-const steppedIDHorizon = 128
+// steppedIDHorizon is how long (µs) a stepped log of history w keeps a
+// request's id after its admission: "an id is kept for H = min(W,
+// HORIZON) after its admission, whatever the identity admits meanwhile"
+// (HORIZON 15 minutes). Limiter.Settle: "A stepped limit finds the request
+// for the shorter of its window and 15 minutes after its admission".
+// ContextWithRequestID: "A stepped limit keeps an id for the shorter of its
+// window and 15 minutes after the admission: a retry after that counts
+// again."
+func steppedIDHorizon(w int64) int64 { return min(w, (15 * time.Minute).Microseconds()) }
+
+// steppedSweep is how many of the oldest ids due an admission sweeps at
+// least, with the rest of the last one's instant: "An admission from D on
+// sweeps the ids older than H, the oldest SWEEP at a time and whole
+// instants (D stays due while more may be left); once it swept them all D
+// is H/16 later".
+const steppedSweep = 64
 
 // steppedLogSize is a stepped log's length in bytes, fixed: "[0, HDR) a
-// header of seven little-endian doubles", a staging of STAGE fingerprints,
-// "IDS fingerprints of two bytes", IDS entries of ENTRY bytes, then "a
-// ring of RING big-endian 48-bit counts" (HDR 56, STAGE 8, IDS 128, ENTRY
-// 22, RING 1444), "Written whole once, so Redis never grows it".
-const steppedLogSize = 56 + 2*8 + steppedIDHorizon*(2+22) + 6*1444
+// header of seven little-endian doubles", then "a ring of RING big-endian
+// 48-bit counts" from RING0 (HDR 56, RING0 60, RING 1444), "Made whole at
+// once, so Redis never grows it".
+const steppedLogSize = 60 + 6*1444
 
 // steppedLife is how long (ms) a stepped log of history w and step lives
 // from the write that renews it, and steppedRenews whether a write at now
@@ -124,7 +129,8 @@ func inflightLife(d int64) int64 { return ceilDiv(d, 1000) + 1 }
 // a peek and a retried call (its id is in a part already) record nothing";
 // an exact part holds an id while it holds the id's own member (a request's
 // first, which sorts before the others and is dropped first), a stepped
-// part while the id is among its last steppedIDHorizon admissions.
+// part while the id is among its ids: surely for steppedIDHorizon after
+// its admission, and until a sweep drops it.
 
 // exactIDKept reports whether an exact log surely still holds the id of a
 // request of cost units admitted under an exact limit of quota q, when at
@@ -257,16 +263,21 @@ func inflightRetry(retry, f, hold, d, quota int64) int64 {
 	return min(retry, max(g/2, 1000))
 }
 
-// pastHorizon reports whether a settlement of id finds a stepped log of
-// steps that may have forgotten it in s: settle.lua counts a part "that
-// did not find id among the ids they keep while they wrote over ids to
-// keep the last ones and still count units", and Settle, Refund and Shift
-// then return ErrPastHorizon ("a stepped log keeps the ids of the
-// identity's last 128 admissions at its step, and this one is older")
-// while the request still counts and was recorded at more than 0 units.
-func pastHorizon(s *state, steps []int64, id string) bool {
+// pastHorizon reports whether a settlement at now of id, admitted at
+// admitted, finds a stepped log of steps in s that forgot it for its age
+// while its units still count: settle.lua counts a part that does not hold
+// id while "the history the log counts still holds its bucket" and it is
+// "older than the horizon", and Settle, Refund and Shift then return
+// ErrPastHorizon ("a stepped log keeps a request's id for the shorter of
+// its window and 15 minutes, and this one is older") when it was recorded
+// at more than 0 units.
+func pastHorizon(s *state, steps []int64, id string, admitted, now int64) bool {
 	for _, step := range steps {
-		if g := s.s[step]; step > 0 && g != nil && g.exists && g.seq > steppedIDHorizon && g.t > 0 && !g.holds(id) {
+		g := s.s[step]
+		if step <= 0 || g == nil || !g.exists || g.t <= 0 || g.holds(id) {
+			continue
+		}
+		if floorDiv(admitted, step) >= max(g.o, floorDiv(now-g.w, step)) && now-admitted >= steppedIDHorizon(g.w) {
 			return true
 		}
 	}

@@ -33,8 +33,10 @@ type stored struct {
 }
 
 type storedStep struct {
-	data []byte // the stepped log, nil if none
-	ttl  time.Duration
+	data   []byte // the stepped log, nil if none
+	ttl    time.Duration
+	ids    []redis.Z // its ids, nil if none
+	idsTTL time.Duration
 }
 
 // readStored reads the keys of who under the check's prefix: its exact log
@@ -48,7 +50,8 @@ func (h *harness) readStored(ctx context.Context, who string, steps []int64, inf
 	var xttl, fttl *redis.DurationCmd
 	var fr *redis.ZSliceCmd
 	gets := map[int64]*redis.StringCmd{}
-	ttls := map[int64]*redis.DurationCmd{}
+	ttls, idsTTLs := map[int64]*redis.DurationCmd{}, map[int64]*redis.DurationCmd{}
+	ids := map[int64]*redis.ZSliceCmd{}
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		zr = p.ZRangeWithScores(ctx, log+":#0", 0, -1)
 		xttl = p.PTTL(ctx, log+":#0")
@@ -60,6 +63,8 @@ func (h *harness) readStored(ctx context.Context, who string, steps []int64, inf
 			key := log + ":#" + strconv.FormatInt(step, 10)
 			gets[step] = p.Get(ctx, key)
 			ttls[step] = p.PTTL(ctx, key)
+			ids[step] = p.ZRangeWithScores(ctx, key+":ids", 0, -1)
+			idsTTLs[step] = p.PTTL(ctx, key+":ids")
 		}
 		return nil
 	})
@@ -72,7 +77,7 @@ func (h *harness) readStored(ctx context.Context, who string, steps []int64, inf
 		s.fly, s.fttl = fr.Val(), fttl.Val()
 	}
 	for _, step := range steps {
-		ss := &storedStep{ttl: ttls[step].Val()}
+		ss := &storedStep{ttl: ttls[step].Val(), ids: ids[step].Val(), idsTTL: idsTTLs[step].Val()}
 		if v, err := gets[step].Bytes(); err == nil {
 			ss.data = v
 		}
@@ -156,7 +161,7 @@ func (s *stored) String() string {
 			continue
 		}
 		hd := header(ss.data)
-		fmt.Fprintf(&b, "; stepped log of %v (ttl %v): o %d n %d t %d W %d seq %d E %d p %d", micro(step), ss.ttl, hd[0], hd[1], hd[2], hd[3], hd[4], hd[5], hd[6])
+		fmt.Fprintf(&b, "; stepped log of %v (ttl %v): o %v n %v t %v W %v D %v E %v p %v; %d ids (ttl %v)", micro(step), ss.ttl, hd[0], hd[1], hd[2], hd[3], hd[4], hd[5], hd[6], len(ss.ids), ss.idsTTL)
 	}
 	return b.String()
 }
@@ -184,6 +189,18 @@ func (s *stored) layout() string {
 	for step, ss := range s.steps {
 		if ss.data != nil && len(ss.data) != steppedLogSize {
 			return fmt.Sprintf("the stepped log of %v is %d bytes, want %d", micro(step), len(ss.data), steppedLogSize)
+		}
+		// Its ids: "each request the log counts is its 8-byte id, scored
+		// with the µs it was admitted at", "id .. "$", scored -3 - cost",
+		// and "#", scored -1.
+		for _, z := range ss.ids {
+			name := fmt.Sprint(z.Member)
+			switch {
+			case z.Score >= 0 && (len(name) != 8 || z.Score != math.Trunc(z.Score)),
+				z.Score <= -3 && (len(name) != 9 || name[8] != '$' || z.Score != math.Trunc(z.Score)),
+				z.Score > -3 && z.Score < 0 && (z.Score != -1 || name != "#"):
+				return fmt.Sprintf("the ids of the stepped log of %v hold %x scored %v", micro(step), name, z.Score)
+			}
 		}
 	}
 	return ""
@@ -337,11 +354,11 @@ func (x *xlog) holdsStored(s *stored) string {
 	return ""
 }
 
-// header returns a stepped log's header: o, n, t, W, seq, E and p.
-func header(data []byte) [7]int64 {
-	var h [7]int64
+// header returns a stepped log's header: o, n, t, W, D, E and p.
+func header(data []byte) [7]float64 {
+	var h [7]float64
 	for i := range h {
-		h[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64(data[8*i:])))
+		h[i] = math.Float64frombits(binary.LittleEndian.Uint64(data[8*i:]))
 	}
 	return h
 }
@@ -369,51 +386,89 @@ func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
 	if g.t > 0 {
 		p = g.buckets[g.n]
 	}
-	if h, want := header(d), [7]int64{g.o, g.n, g.t, g.w, g.seq, g.e, p}; h != want {
-		return fmt.Sprintf("its header (o, n, t, W, seq, E, p) is %v, want %v", h, want)
+	if h, want := header(d), [7]float64{float64(g.o), float64(g.n), float64(g.t), float64(g.w), float64(g.due16) / 16, float64(g.e), float64(p)}; h != want {
+		return fmt.Sprintf("its header (o, n, t, W, D, E, p) is %v, want %v", h, want)
 	}
-	const hdr, stage, entry, ring = 56, 8, 22, 1444
-	fp0 := hdr + 2*stage
-	ids0 := fp0 + 2*steppedIDHorizon
-	// "the staging: the fingerprints (below) of the admissions since seq
-	// was last a multiple of STAGE, the one of seq - seq % STAGE + i in
-	// place i": those of the entries from k-j to k-1 (k the next entry).
-	k, j := int(g.seq%steppedIDHorizon), int(g.seq%stage)
-	for i, sl := range g.ids {
-		e := d[ids0+entry*i : ids0+entry*(i+1)]
-		// "IDS fingerprints of two bytes, the last two of the id of the
-		// entry of the same index"; a refund zeroes the entry and leaves
-		// its fingerprint.
-		at := fp0 + 2*i
-		if i >= k-j && i < k {
-			at = hdr + 2*(i-(k-j))
-		}
-		if fp := d[at : at+2]; sl.id != "" && string(fp) != string(e[6:8]) {
-			return fmt.Sprintf("its fingerprint %d is %x, want %x, the end of entry %d's id", i, fp, e[6:8], i)
-		}
-		id := string(e[:8])
-		bk := int64(math.Float64frombits(binary.LittleEndian.Uint64(e[8:])))
-		units := int64(binary.LittleEndian.Uint32(e[16:])) | int64(binary.LittleEndian.Uint16(e[20:]))<<32 // 48 bits
-		switch {
-		case sl.id == "":
-			if strings.Trim(string(e), "\x00") != "" {
-				return fmt.Sprintf("its id entry %d is %x, want zeros", i, e)
-			}
-		case sl.anon && (strings.Trim(id, "\x00") == "" || bk != sl.b || units != sl.units),
-			!sl.anon && (id != sl.id || bk != sl.b || units != sl.units):
-			return fmt.Sprintf("its id entry %d is %x (bucket %d, %d units), want bucket %d, %d units", i, id, bk, units, sl.b, sl.units)
-		}
+	if why := g.holdsIDs(ss, a, b); why != "" {
+		return why
 	}
 	// "bucket b in slot b % RING, for b in o..n-1": the other slots may
 	// hold the count of a bucket gone, written over as their bucket enters.
 	if g.t > 0 {
-		ring0 := ids0 + entry*steppedIDHorizon
+		const ring0, ring = 60, 1444
 		for bk := g.o; bk < g.n; bk++ {
 			slot := int(bk % ring)
 			if got, want := int64(binary.BigEndian.Uint16(d[ring0+6*slot:]))<<32|int64(binary.BigEndian.Uint32(d[ring0+6*slot+2:])), g.buckets[bk]; got != want { // 48 bits
 				return fmt.Sprintf("its ring slot %d (bucket %d) counts %d, want %d", slot, bk, got, want)
 			}
 		}
+	}
+	return ""
+}
+
+// holdsIDs compares the stepped log's ids with what Redis holds of them:
+// "each request the log counts is its 8-byte id, scored with the µs it was
+// admitted at (the start of its bucket if it went to a later one)", "A
+// request of a cost other than 1 has a second member, id .. "$", scored -3
+// - cost", and "the set holds "#", scored -1, so that it lives, and
+// expires, with the log". A synthetic id is matched by its score and cost.
+func (g *slog) holdsIDs(ss *storedStep, a, b time.Time) string {
+	if len(ss.ids) == 0 {
+		return "it has no ids, not even \"#\""
+	}
+	if !g.exp.narrow(ss.idsTTL, a, b) {
+		return fmt.Sprintf("its ids' TTL is %v, want it to end in %v..%v", ss.idsTTL, g.exp.lo.Sub(a), g.exp.hi.Sub(b))
+	}
+	scores, costs := map[string]int64{}, map[string]int64{}
+	sentinel := false
+	for _, z := range ss.ids {
+		name := fmt.Sprint(z.Member)
+		switch {
+		case z.Score == -1:
+			sentinel = true
+		case z.Score <= -3:
+			costs[strings.TrimSuffix(name, "$")] = -3 - int64(z.Score)
+		default:
+			scores[name] = int64(z.Score)
+		}
+	}
+	if !sentinel {
+		return "its ids hold no \"#\""
+	}
+	if len(scores) != len(g.ids) {
+		return fmt.Sprintf("its ids hold %d requests, want %d", len(scores), len(g.ids))
+	}
+	anon := map[[2]int64]int{} // (score, units) of the synthetic ids
+	for _, sl := range g.ids {
+		if sl.anon {
+			anon[[2]int64{sl.at, sl.units}]++
+			continue
+		}
+		at, ok := scores[sl.id]
+		units, costed := costs[sl.id]
+		if !costed {
+			units = 1
+		}
+		if !ok || at != sl.at || units != sl.units {
+			return fmt.Sprintf("its id %x is held %v at %d with %d units, want at %d with %d", sl.id, ok, at, units, sl.at, sl.units)
+		}
+		delete(scores, sl.id)
+		delete(costs, sl.id)
+	}
+	for name, at := range scores {
+		units, costed := costs[name]
+		if !costed {
+			units = 1
+		}
+		delete(costs, name)
+		if k := [2]int64{at, units}; anon[k] > 0 {
+			anon[k]--
+			continue
+		}
+		return fmt.Sprintf("its ids hold %x at %d with %d units, which the model does not", name, at, units)
+	}
+	if len(costs) > 0 {
+		return fmt.Sprintf("its ids hold %d costs of no request", len(costs))
 	}
 	return ""
 }

@@ -821,7 +821,9 @@ func (o settleOp) run(h *harness) {
 		// was to the target, which a later settle lands on from either.
 		to := o.Cost // a refund's is 0
 		switch {
-		case firstErr == nil:
+		case firstErr == nil, errors.Is(firstErr, slidelimit.ErrPastHorizon):
+			// ErrPastHorizon: the other logs took it, and the client
+			// holds it at its target (settle.go).
 			rec.settled, rec.unsure = to+1, false
 		case isUnavailable(firstErr):
 			rec.lo, rec.hi, rec.unsure = min(lo, to), max(hi, to), true
@@ -835,7 +837,7 @@ func (o settleOp) run(h *harness) {
 	if r.Local && o.Kind != "renew" && o.Kind != "shift" {
 		h.local[rec.call.Lim].release(rec.call.Req) // Shift and Renew keep FailLocal's places in flight
 	}
-	act := settleAct{id: idOf(rec.call.Req), lo: lo, old: hi, units: -1, now: now, ra: a, rb: b}
+	act := settleAct{id: idOf(rec.call.Req), at: rec.now, lo: lo, old: hi, units: -1, now: now, ra: a, rb: b}
 	switch o.Kind {
 	case "refund":
 		act.units, act.lease = 0, leaseRelease
@@ -887,10 +889,10 @@ func (o settleOp) run(h *harness) {
 			}
 		}
 		// ErrPastHorizon: a stepped part had forgotten the request while
-		// it still counted (pastHorizonMay).
+		// it still counted there (pastHorizon), for any limit counting
+		// that log, not only the request's own.
 		past := errors.Is(err, slidelimit.ErrPastHorizon)
-		may := (o.Kind == "settle" || o.Kind == "refund" || o.Kind == "shift" && act.shift > 0) &&
-			recordedCost > 0 && now < rec.now+steppedSpan(limits).Microseconds()
+		may := (o.Kind == "settle" || o.Kind == "refund" || o.Kind == "shift" && act.shift > 0) && recordedCost > 0
 		if past && !may {
 			h.fail(kindDecision, "%s: %s = %v, which the request, decided at %dµs at %d units, cannot give", o, o.Kind, err, rec.now, recordedCost)
 			return
@@ -971,7 +973,7 @@ func (h *harness) settleIn(s *state, g group, cl call, act settleAct, a, b time.
 	hasLease := slices.Contains(steps, inflightStep)
 	var out []*state
 	for _, x := range expire(s, steps, a, b) {
-		if horizon >= 0 && pastHorizon(x, steps, act.id) != (horizon == 1) {
+		if horizon >= 0 && pastHorizon(x, steps, act.id, act.at, act.now) != (horizon == 1) {
 			continue
 		}
 		next, leases := x.settle(act, steps)
@@ -1683,30 +1685,45 @@ func (o lostReplyOp) run(h *harness) {
 }
 
 // horizonOp admits N requests with ids under Limit (a stepped limit), one
-// after another, then retries, refunds or settles (to 0 units: Then) the
-// K-th newest of them: the steppedIDHorizon newest are found, an older one
-// counts anew (Limiter.Refund: "an older one is not refunded there").
+// after another, then M more Gap later; then, After later, one more, which
+// sweeps the ids due; then it retries, refunds or settles (to 0 units:
+// Then) the K-th newest of the N and M: those within the horizon are
+// found, an older one may be swept (Limiter.Refund: "an older one that
+// still counts there is not refunded there, and Refund returns
+// ErrPastHorizon").
 type horizonOp struct {
 	Lim   int
 	Who   string
 	Limit slidelimit.Limit
 	N     int
+	Gap   time.Duration
+	M     int
+	After time.Duration
 	Req   string
 	K     int
 	Then  string
 }
 
 func (o horizonOp) String() string {
-	return fmt.Sprintf("horizonOp{Lim: %d, Who: %q, Limit: %s, N: %d, Req: %q, K: %d, Then: %q}",
-		o.Lim, o.Who, limitString(o.Limit), o.N, o.Req, o.K, o.Then)
+	return fmt.Sprintf("horizonOp{Lim: %d, Who: %q, Limit: %s, N: %d, Gap: %s, M: %d, After: %s, Req: %q, K: %d, Then: %q}",
+		o.Lim, o.Who, limitString(o.Limit), o.N, durString(o.Gap), o.M, durString(o.After), o.Req, o.K, o.Then)
 }
 
 func (o horizonOp) run(h *harness) {
 	burstOp{Lim: o.Lim, Who: o.Who, Cost: 1, Plan: plan{o.Limit}, N: o.N, Req: o.Req, ID: true}.run(h)
-	if h.failure != "" || o.K >= o.N {
+	advanceOp{D: o.Gap}.run(h)
+	if o.M > 0 {
+		burstOp{Lim: o.Lim, Who: o.Who, Cost: 1, Plan: plan{o.Limit}, N: o.M, Req: o.Req + "+", ID: true}.run(h)
+	}
+	advanceOp{D: o.After}.run(h)
+	allowOp{Lim: o.Lim, Who: o.Who, Cost: 1, Plan: plan{o.Limit}, Req: o.Req + "s", ID: true}.run(h)
+	if h.failure != "" || o.K >= o.N+o.M {
 		return
 	}
-	of := fmt.Sprintf("%s.%d", o.Req, o.N-1-o.K)
+	of := fmt.Sprintf("%s+.%d", o.Req, o.M-1-o.K)
+	if o.K >= o.M {
+		of = fmt.Sprintf("%s.%d", o.Req, o.N+o.M-1-o.K)
+	}
 	switch o.Then {
 	case "retry":
 		retryOp{Of: of}.run(h)
@@ -1722,18 +1739,6 @@ func (o horizonOp) run(h *harness) {
 func stemKey(prefix, who string) string {
 	key, _ := slidelimit.Key(prefix, who, slidelimit.PerSecond(1))
 	return strings.TrimSuffix(key, ":#0")
-}
-
-// steppedSpan is how long a request of limits counts in its stepped
-// limits: their longest Window and Step (ErrPastHorizon's span).
-func steppedSpan(limits []slidelimit.Limit) time.Duration {
-	var span time.Duration
-	for _, l := range limits {
-		if step := l.Resolution(); step > 0 && !l.InFlight {
-			span = max(span, l.Window+step)
-		}
-	}
-	return span
 }
 
 // holdsOp admits a request with an id under Limit (an in-flight limit),

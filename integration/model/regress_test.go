@@ -49,49 +49,50 @@ func mustLimiter(t *testing.T, rdb redis.UniversalClient, limit slidelimit.Limit
 	return lim
 }
 
-// TestSteppedRetriesOfTheNewest128AdmissionsCountOnce: 300 admissions in
-// one step of a PerDay(100_000) identity, then each of the newest 128
-// retried with its id: "a stepped limit keeps the ids of the identity's
-// last 128 admissions at its step", so each is answered admitted and
+// TestSteppedRetriesWithinTheHorizonCountOnce: 3,000 admissions in one
+// step of a PerDay(100_000) identity, then, 14 minutes later, each retried
+// with its id: "A stepped limit keeps an id for the shorter of its window
+// and 15 minutes after the admission", so each is answered admitted and
 // counts once.
-func TestSteppedRetriesOfTheNewest128AdmissionsCountOnce(t *testing.T) {
+func TestSteppedRetriesWithinTheHorizonCountOnce(t *testing.T) {
 	e := newStandaloneEnv(t, "reg", 0)
 	clock := newFrozenClock()
 	lim := mustLimiter(t, e.clients[0], slidelimit.PerDay(100_000), slidelimit.WithClock(clock.Now), slidelimit.WithTimeout(10*time.Second))
 	ctx := t.Context()
-	const n = 300
+	const n = 3000
 	for i := range n {
 		res, err := lim.Allow(slidelimit.ContextWithRequestID(ctx, fmt.Sprint("id-", i)), "tenant")
 		if err != nil || !res.Allowed {
 			t.Fatalf("Allow %d = %+v, %v; want admitted", i, res, err)
 		}
 	}
+	clock.advance(14 * time.Minute)
 	recounted := 0
-	for i := n - steppedIDHorizon; i < n; i++ {
+	for i := range n {
 		res, err := lim.Allow(slidelimit.ContextWithRequestID(ctx, fmt.Sprint("id-", i)), "tenant")
 		if err != nil || !res.Allowed || res.Remaining != 100_000-n {
 			recounted++
 			if recounted <= 3 {
-				t.Errorf("retry of id-%d (among the newest 128) = Allowed %v, Remaining %d, %v; want admitted with %d remaining",
+				t.Errorf("retry of id-%d 14 minutes later = Allowed %v, Remaining %d, %v; want admitted with %d remaining",
 					i, res.Allowed, res.Remaining, err, 100_000-n)
 			}
 		}
 	}
 	if recounted > 0 {
-		t.Errorf("%d of the newest %d ids were not recognised when retried", recounted, steppedIDHorizon)
+		t.Errorf("%d of %d ids were not recognised when retried within the horizon", recounted, n)
 	}
 }
 
-// TestRefundingTheNewest128SteppedAdmissionsGivesBackEachUnit: 300
-// admissions in one step, and the newest 128 refunded: "a stepped limit
-// finds the request among the identity's last 128 admissions at its step",
-// so 128 units come back.
-func TestRefundingTheNewest128SteppedAdmissionsGivesBackEachUnit(t *testing.T) {
+// TestRefundingSteppedAdmissionsWithinTheHorizonGivesBackEachUnit: 3,000
+// admissions in one step, and all refunded 14 minutes later: "A stepped
+// limit finds the request for the shorter of its window and 15 minutes
+// after its admission", so 3,000 units come back.
+func TestRefundingSteppedAdmissionsWithinTheHorizonGivesBackEachUnit(t *testing.T) {
 	e := newStandaloneEnv(t, "reg", 0)
 	clock := newFrozenClock()
 	lim := mustLimiter(t, e.clients[0], slidelimit.PerDay(100_000), slidelimit.WithClock(clock.Now), slidelimit.WithTimeout(10*time.Second))
 	ctx := t.Context()
-	const n = 300
+	const n = 3000
 	results := make([]slidelimit.Result, n)
 	for i := range results {
 		res, err := lim.Allow(ctx, "tenant")
@@ -100,7 +101,8 @@ func TestRefundingTheNewest128SteppedAdmissionsGivesBackEachUnit(t *testing.T) {
 		}
 		results[i] = res
 	}
-	for _, res := range results[n-steppedIDHorizon:] {
+	clock.advance(14 * time.Minute)
+	for _, res := range results {
 		if err := lim.Refund(ctx, res); err != nil {
 			t.Fatal(err)
 		}
@@ -109,9 +111,8 @@ func TestRefundingTheNewest128SteppedAdmissionsGivesBackEachUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 100_000 - n + steppedIDHorizon; res.Remaining != want {
-		t.Errorf("after refunding the newest %d of %d admissions, Peek().Remaining = %d, want %d (%d units given back)",
-			steppedIDHorizon, n, res.Remaining, want, res.Remaining-(100_000-n))
+	if want := 100_000; res.Remaining != want {
+		t.Errorf("after refunding all %d admissions 14 minutes later, Peek().Remaining = %d, want %d", n, res.Remaining, want)
 	}
 }
 
@@ -858,16 +859,37 @@ func TestAShiftThroughARetryMovesEveryUnit(t *testing.T) {
 	})
 }
 
-// TestReplayASettlePastTheHorizonIsAnError: a stepped log keeps the ids of
-// its last 128 admissions; a settle, then a refund, of the 129th newest,
-// whose units still count there, are ErrPastHorizon (the model holds the
-// library to it), never a silent nil; one of the 128th lands.
+// TestReplayASettlePastTheHorizonIsAnError: a stepped log keeps its ids
+// for the shorter of its window and 15 minutes; a settle, then a refund, of
+// a request past that and swept, whose units still count there, are
+// ErrPastHorizon (the model holds the library to it), never a silent nil;
+// one within the horizon lands. A first burst of 70 at one instant is
+// swept whole though a sweep takes 64 at a time, and the second burst is
+// left to the next admission.
 func TestReplayASettlePastTheHorizonIsAnError(t *testing.T) {
-	spec := []limiterSpec{{Process: 0, Limits: plan{slidelimit.Per(200, time.Minute).Stepped(time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen}}
+	l := slidelimit.Per(300, time.Hour).Stepped(time.Minute)
+	spec := []limiterSpec{{Process: 0, Limits: plan{l}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen}}
 	for _, then := range []string{"settle", "refund"} {
 		replay(t, "sequential/standalone", spec, []op{
-			horizonOp{Lim: 0, Who: "a", Limit: slidelimit.Per(200, time.Minute).Stepped(time.Second), N: 130, Req: "r1", K: steppedIDHorizon, Then: then},
-			horizonOp{Lim: 0, Who: "b", Limit: slidelimit.Per(200, time.Minute).Stepped(time.Second), N: 130, Req: "r2", K: steppedIDHorizon - 1, Then: then},
+			horizonOp{Lim: 0, Who: "a", Limit: l, N: 70, Gap: time.Millisecond, M: 5, After: 17 * time.Minute, Req: "r1", K: 10, Then: then},
+			horizonOp{Lim: 0, Who: "b", Limit: l, N: 70, Gap: time.Millisecond, M: 5, After: 14 * time.Minute, Req: "r2", K: 10, Then: then},
 		})
 	}
+}
+
+// TestReplayARefundAfterErrPastHorizonIsNil: a refund of a request a
+// stepped log forgot is ErrPastHorizon, and the client then holds it at 0
+// units (its other logs took it): a second refund does nothing and returns
+// nil.
+func TestReplayARefundAfterErrPastHorizonIsNil(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen},
+	}, []op{
+		horizonOp{Lim: 0, Who: "a", Limit: slidelimit.Per(300, time.Hour).Stepped(time.Minute), N: 2, Gap: 0, M: 9, After: 30 * time.Minute, Req: "r1", K: 8, Then: "refund"},
+		allowOp{Lim: 2, Who: "a", Cost: 1, Plan: plan{slidelimit.Per(5, 10*time.Second).Stepped(time.Second)}, Req: "r2", ID: true},
+		allowOp{Lim: 1, Who: "b", Cost: 1, Plan: plan{slidelimit.Per(10, time.Minute), slidelimit.Per(2000, time.Minute).Shadowed()}, Req: "r3", ID: true},
+		refundOp{Of: "r1+.0", Via: 2},
+	})
 }

@@ -65,23 +65,24 @@ type xlog struct {
 	exp     expiry
 }
 
-// slot is one entry of a stepped log's request ids.
+// slot is one of a stepped log's request ids.
 type slot struct {
-	id    string // "" when zeroed or never written
-	anon  bool   // id is synthetic: Redis holds a random one
-	b     int64
+	id    string
+	anon  bool  // id is synthetic: Redis holds a random one
+	at    int64 // its score: when it was admitted, µs (test clock), or its bucket's start if later
 	units int64
 }
 
-// slog is one state of a stepped log.
+// slog is one state of a stepped log and its ids.
 type slog struct {
-	step            int64
-	exists          bool
-	o, n, t, w, seq int64
-	e               int64 // ms, test clock
-	buckets         map[int64]int64
-	ids             [steppedIDHorizon]slot
-	exp             expiry
+	step       int64
+	exists     bool
+	o, n, t, w int64
+	due16      int64 // 16 times D, the µs from which an admission sweeps the ids
+	e          int64 // ms, test clock
+	buckets    map[int64]int64
+	ids        []slot // in the order they came
+	exp        expiry
 }
 
 // expiry is when a key's PEXPIRE ends, in wall-clock time: not before lo,
@@ -113,6 +114,7 @@ func (x *xlog) clone() *xlog {
 
 func (g *slog) clone() *slog {
 	c := *g
+	c.ids = slices.Clone(g.ids)
 	c.buckets = make(map[int64]int64, len(g.buckets))
 	for b, v := range g.buckets {
 		c.buckets[b] = v
@@ -152,12 +154,12 @@ func (st *state) digest() uint64 {
 		if !g.exists {
 			continue
 		}
-		fmt.Fprintf(h, "s%d:%d,%d,%d,%d,%d,%d,%d,%d|", s, g.o, g.n, g.t, g.w, g.seq, g.e, g.exp.lo.UnixMicro(), g.exp.hi.UnixMicro())
+		fmt.Fprintf(h, "s%d:%d,%d,%d,%d,%d,%d,%d,%d|", s, g.o, g.n, g.t, g.w, g.due16, g.e, g.exp.lo.UnixMicro(), g.exp.hi.UnixMicro())
 		for b := g.o; b <= g.n && g.t > 0; b++ {
 			fmt.Fprintf(h, "%d,", g.buckets[b])
 		}
 		for _, sl := range g.ids {
-			fmt.Fprintf(h, "%x,%d,%d;", sl.id, sl.b, sl.units)
+			fmt.Fprintf(h, "%x,%d,%d;", sl.id, sl.at, sl.units)
 		}
 	}
 	return h.Sum64()
@@ -874,7 +876,7 @@ func (g *slog) count(now, w int64) int64 {
 
 // holds reports whether id is among the stepped log's request ids.
 func (g *slog) holds(id string) bool {
-	return g.exists && slices.ContainsFunc(g.ids[:], func(s slot) bool { return s.id == id })
+	return g.exists && slices.ContainsFunc(g.ids, func(s slot) bool { return s.id == id && !s.anon })
 }
 
 // finish records an admission in its bucket, and writes the header and the
@@ -884,6 +886,12 @@ func (g *slog) finish(c call, r *sread, admit bool) {
 		return
 	}
 	if admit {
+		hz := steppedIDHorizon(r.w)
+		if r.new {
+			// "Nothing in its ids is due before the horizon and its
+			// sixteenth."
+			g.due16 = 16*c.now + 17*hz
+		}
 		g.exists = true
 		g.buckets[r.bucket] += int64(c.cost)
 		if g.t == 0 {
@@ -892,13 +900,36 @@ func (g *slog) finish(c call, r *sread, admit bool) {
 			g.n = r.bucket
 		}
 		g.t += int64(c.cost)
-		g.ids[g.seq%steppedIDHorizon] = slot{id: c.id, anon: c.anon, b: r.bucket, units: int64(c.cost)}
-		g.seq++
+		g.ids = append(g.ids, slot{id: c.id, anon: c.anon, at: max(c.now, r.bucket*g.step), units: int64(c.cost)})
+		if 16*c.now >= g.due16 && g.sweep(c.now-hz) {
+			g.due16 = 16*c.now + hz
+		}
 	}
 	g.w = r.w
 	if r.grow || steppedRenews(g.e, c.now, r.w, g.step) {
 		g.lives(c, steppedLife(r.w, g.step))
 	}
+}
+
+// sweep drops the oldest ids admitted at cut or before: steppedSweep of
+// them and the rest of the last one's instant ("SWEEP of them, and the
+// rest of the instant (score) of the last"). It reports whether it dropped
+// every id due (fewer than steppedSweep were).
+func (g *slog) sweep(cut int64) bool {
+	var due []int64
+	for _, s := range g.ids {
+		if s.at <= cut {
+			due = append(due, s.at)
+		}
+	}
+	slices.Sort(due)
+	if len(due) < steppedSweep {
+		g.ids = slices.DeleteFunc(g.ids, func(s slot) bool { return s.at <= cut })
+		return true
+	}
+	last := due[steppedSweep-1]
+	g.ids = slices.DeleteFunc(g.ids, func(s slot) bool { return s.at <= last })
+	return false
 }
 
 // lives renews g for life ms from c's write.
@@ -940,7 +971,8 @@ func (g *slog) stat(c call, l slidelimit.Limit, n int64, admit, allowed bool) st
 // renewTo), and its units moved later by shift µs.
 type settleAct struct {
 	id      string
-	lo, old int // the units the client holds it at: old, or lo to old after a settle that may have run
+	at      int64 // µs, test clock: when the request was admitted
+	lo, old int   // the units the client holds it at: old, or lo to old after a settle that may have run
 	units   int
 	lease   leaseAct
 	now     int64 // µs, test clock: a renewal's or a shift's now
@@ -1058,23 +1090,24 @@ func (x *xlog) shift(a settleAct) *xlog {
 // newest if it is past n, and the log lives until that bucket leaves the
 // history it keeps, unless it lives longer already.
 func (g *slog) shift(a settleAct) {
-	i := slices.IndexFunc(g.ids[:], func(s slot) bool { return s.id == a.id })
+	i := slices.IndexFunc(g.ids, func(s slot) bool { return s.id == a.id && !s.anon })
 	if i < 0 {
 		return
 	}
 	sl := g.ids[i]
-	if sl.units <= 0 || g.t <= 0 || sl.b < g.o || sl.b > g.n {
+	b := floorDiv(sl.at, g.step)
+	if sl.units <= 0 || g.t <= 0 || b < g.o || b > g.n {
 		return
 	}
-	d := min(sl.b+ceilDiv(a.shift, g.step), floorDiv(a.now, g.step)+1)
-	moved := min(g.buckets[sl.b], sl.units)
-	if d <= sl.b || moved <= 0 {
+	d := min(b+ceilDiv(a.shift, g.step), floorDiv(a.now, g.step)+1)
+	moved := min(g.buckets[b], sl.units)
+	if d <= b || moved <= 0 {
 		return
 	}
-	g.buckets[sl.b] -= moved
+	g.buckets[b] -= moved
 	g.buckets[d] += moved
 	g.n = max(g.n, d)
-	g.ids[i].b = d
+	g.ids[i].at = d * g.step
 	g.exp = g.exp.extended(expiryOf(a.ra, a.rb, ceilDiv((d+1)*g.step+g.w-a.now, 1000)))
 }
 
@@ -1091,23 +1124,24 @@ func (e expiry) extended(f expiry) expiry {
 }
 
 // settle moves the units of the request of id, if it is among the ids
-// kept, to units: its bucket by the difference (but never below 0), its
-// entry zeroed for 0.
+// kept, to units: its bucket by the difference (but never below 0); a
+// settle to 0 forgets the id.
 func (g *slog) settle(id string, units int) {
-	i := slices.IndexFunc(g.ids[:], func(s slot) bool { return s.id == id })
+	i := slices.IndexFunc(g.ids, func(s slot) bool { return s.id == id && !s.anon })
 	if i < 0 {
 		return
 	}
 	sl := g.ids[i]
-	if d := int64(units) - sl.units; d != 0 && g.t > 0 && sl.b >= g.o && sl.b <= g.n {
+	b := floorDiv(sl.at, g.step)
+	if d := int64(units) - sl.units; d != 0 && g.t > 0 && b >= g.o && b <= g.n {
 		if d < 0 {
-			d = -min(g.buckets[sl.b], -d)
+			d = -min(g.buckets[b], -d)
 		}
-		g.buckets[sl.b] += d
+		g.buckets[b] += d
 		g.t += d
 	}
 	if units == 0 {
-		g.ids[i] = slot{}
+		g.ids = slices.Delete(g.ids, i, i+1)
 	} else {
 		g.ids[i].units = int64(units)
 	}
@@ -1289,7 +1323,7 @@ func (st *state) describe(c call) string {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("stepped log of %v: W %v, buckets %d..%d (now is %d) holding %d units, %d ids recorded",
-			micro(p.step), micro(g.w), g.o, g.n, floorDiv(c.now, p.step), g.t, g.seq))
+			micro(p.step), micro(g.w), g.o, g.n, floorDiv(c.now, p.step), g.t, len(g.ids)))
 	}
 	return strings.Join(parts, "; ")
 }

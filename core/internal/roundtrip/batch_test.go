@@ -16,14 +16,16 @@ import (
 // decision returns the allow script's command deciding one request of cost
 // 1 on the exact log key under quota per minute, recorded under a fresh
 // request id. keys are further keys the command declares, of key's hash
-// tag: stepped logs counted by the same quota. It is the one place these
-// tests build the script's arguments.
+// tag: stepped logs counted by the same quota, each declared with its ids.
+// It is the one place these tests build the script's arguments.
 func decision(quota int, key string, keys ...string) script.Command {
 	limits := []script.Limit{{Quota: quota, Window: time.Minute.Microseconds()}}
-	for i := range keys {
+	all := []string{key}
+	for i, k := range keys {
 		limits = append(limits, script.Limit{Quota: quota, Window: time.Minute.Microseconds(), Step: int64(i+1) * time.Second.Microseconds()})
+		all = append(all, k, k+":ids") // a stepped log and its ids
 	}
-	return script.NewPlan(limits).Command(append([]string{key}, keys...), 1, rand.Text()[:8], "")
+	return script.NewPlan(limits).Command(all, 1, rand.Text()[:8], "")
 }
 
 // admitted reports whether reply admits its request: the short reply, one

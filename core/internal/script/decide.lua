@@ -9,7 +9,8 @@
 -- slot, and a slot in migration answers TRYAGAIN or ASK before anything is
 -- written.
 --
--- KEYS[i]      the i-th part's key: an exact log or a stepped log.
+-- KEYS         the parts' keys, in order: an exact log's, an in-flight
+--              log's, or a stepped log's and then its ids' (stepped.lua).
 -- ARGV[1]      cost: how many units the request takes (1 <= cost).
 -- ARGV[2]      request id (8 bytes), or "" to peek: decide, record nothing.
 -- ARGV[3]      now in µs as a decimal string, or "" to read Redis TIME.
@@ -31,7 +32,7 @@
 -- window or a larger quota than they hold.
 --
 -- The batch form: ARGV[1] is "*", then for each request its number of
--- parts, then its ARGV as above; KEYS hold every request's keys in order.
+-- keys, then its ARGV as above; KEYS hold every request's keys in order.
 -- A request whose ARGV is the one before it but for the id is written "="
 -- and its id: it has as many keys, and is decided as that one would be.
 -- The requests are decided one after another under one TIME, each with
@@ -84,7 +85,7 @@ end
 -- decided here, before any other function is made: decide below reads its
 -- arguments the same way, but making it costs Redis about 3 % of such a
 -- decision (scripts/script-cost.sh, SCRIPT_COST_CALLGRIND=1).
-if ARGV[1] ~= '*' and #KEYS == 1 and ARGV[4] ~= '-1' then
+if ARGV[1] ~= '*' and (#KEYS == 1 and ARGV[4] == '0' or #KEYS == 2 and ARGV[4] ~= '0' and ARGV[4] ~= '-1') then
   local cost, nlim = 1, 1
   if ARGV[1] ~= '1' then
     cost = ARGV[1] + 0
@@ -105,7 +106,7 @@ if ARGV[1] ~= '*' and #KEYS == 1 and ARGV[4] ~= '-1' then
     allowed, duplicate = exact(KEYS[1], cost, ARGV[2], now, score, newest, 6, nlim, q1, w1, out, 3)
   else
     step = ARGV[4] + 0
-    allowed, duplicate = stepped(KEYS[1], step, cost, ARGV[2], now, 6, nlim, q1, w1, out, 3)
+    allowed, duplicate = stepped(KEYS[1], KEYS[2], step, cost, ARGV[2], now, 6, nlim, q1, w1, out, 3)
   end
   local d = out[5] - w1
   if allowed and not duplicate and nlim == 1 and out[4] == 0 and d >= 0 and d <= step and d < 8589934592 and out[3] < 1048576 then
@@ -116,19 +117,21 @@ if ARGV[1] ~= '*' and #KEYS == 1 and ARGV[4] ~= '-1' then
 end
 
 -- decide decides the request of id whose ARGV starts at ARGV[a] (its cost,
--- an id, which a repeat does not share, its now, then its np parts) and
--- whose keys follow KEYS[k0]. It returns the request's reply and the ARGV
--- index after the request. A request of one exact or stepped part goes to
--- that log's function alone, one of several parts to decide_parts.
+-- an id, which a repeat does not share, its now, then its parts) and whose
+-- nk keys follow KEYS[k0]. It returns the request's reply and the ARGV
+-- index after the request. A request of one exact or stepped part (one key,
+-- or a stepped log's two) goes to that log's function alone, one of
+-- several parts to decide_parts.
 local decide_parts
 -- The numbers decide read last for a request of one part, and the ARGV
 -- index they start at: a repeat (=) of the request reads none of them
 -- again, for converting a string costs Redis more than the rest of
 -- reading them.
 local read_at, cost1, now1, score1, newest1, nlim1, q11, w11, s1
-local function decide(k0, np, a, id)
+local function decide(k0, nk, a, id)
   local step = ARGV[a + 3]
-  if a ~= read_at or np ~= 1 then
+  local lone = nk == 1 and step == '0' or nk == 2 and step ~= '0' and step ~= '-1'
+  if a ~= read_at or not lone then
     local cost, clock = 1, ARGV[a + 2]
     if ARGV[a] ~= '1' then
       cost = ARGV[a] + 0
@@ -137,8 +140,8 @@ local function decide(k0, np, a, id)
     if clock ~= '' then
       now, score, newest = clock + 0, clock, false
     end
-    if np ~= 1 or step == '-1' then
-      return decide_parts(k0, np, a, cost, id, now, score, newest)
+    if not lone then
+      return decide_parts(k0, nk, a, cost, id, now, score, newest)
     end
     local nlim = 1
     if ARGV[a + 4] ~= '1' then
@@ -158,7 +161,7 @@ local function decide(k0, np, a, id)
   if s == 0 then
     allowed, duplicate = exact(KEYS[k0 + 1], cost, id, now, score, newest, a + 5, nlim, q1, w1, out, 3)
   else
-    allowed, duplicate = stepped(KEYS[k0 + 1], s, cost, id, now, a + 5, nlim, q1, w1, out, 3)
+    allowed, duplicate = stepped(KEYS[k0 + 1], KEYS[k0 + 2], s, cost, id, now, a + 5, nlim, q1, w1, out, 3)
   end
   local d = out[5] - w1
   if allowed and not duplicate and nlim == 1 and out[4] == 0 and d >= 0 and d <= s and d < 8589934592 and out[3] < 1048576 then
@@ -170,18 +173,19 @@ end
 
 -- decide_parts is decide for a request of several parts, or of an
 -- in-flight part: every part is read before any is written.
-decide_parts = function(k0, np, a, cost, id, now, score, newest)
+decide_parts = function(k0, nk, a, cost, id, now, score, newest)
   -- Read every part: a part is an array of its key, its step, the ARGV
   -- index of its first limit, their number, their place in the reply
   -- (each limit's count stands there until the end), the first limit's
   -- quota and window, the units it counts for the request, then the state
   -- of its log: the table an exact or a stepped log's function keeps it
-  -- in, or the leases held in an in-flight log.
-  local parts, out, fits, x, o = {}, {0, 0}, true, a + 3, 3
-  for j = 1, np do
+  -- in, or the leases held in an in-flight log; and a stepped log's ids.
+  local parts, out, fits, x, o, k = {}, {0, 0}, true, a + 3, 3, k0
+  while k < k0 + nk do
     local step, nlim = ARGV[x] + 0, ARGV[x + 1] + 0
     local q1, w1 = ARGV[x + 2] + 0, ARGV[x + 3] + 0
-    local key, units = KEYS[k0 + j], cost
+    local key, units = KEYS[k + 1], cost
+    k = k + 1
     if nlim < 0 then
       nlim, units = -nlim, 1 -- a part that counts requests
     end
@@ -191,14 +195,15 @@ decide_parts = function(k0, np, a, cost, id, now, score, newest)
     if step == 0 then
       local st = {}
       exact(key, units, id, now, score, newest, x + 2, nlim, q1, w1, out, o, st)
-      parts[j] = {key, step, x + 2, nlim, o, q1, w1, units, st}
+      parts[#parts + 1] = {key, step, x + 2, nlim, o, q1, w1, units, st}
     elseif step > 0 then
-      local st = {}
-      stepped(key, step, units, id, now, x + 2, nlim, q1, w1, out, o, st)
-      parts[j] = {key, step, x + 2, nlim, o, q1, w1, units, st}
+      local st, ids = {}, KEYS[k + 1]
+      k = k + 1
+      stepped(key, ids, step, units, id, now, x + 2, nlim, q1, w1, out, o, st)
+      parts[#parts + 1] = {key, step, x + 2, nlim, o, q1, w1, units, st, ids}
     else
       units = 1 -- a request is one in flight, whatever its cost
-      parts[j] = {key, step, x + 2, nlim, o, q1, w1, units, inflight_read(key, now, nlim, out, o)}
+      parts[#parts + 1] = {key, step, x + 2, nlim, o, q1, w1, units, inflight_read(key, now, nlim, out, o)}
     end
     for i = 1, nlim do
       local q = q1
@@ -240,7 +245,7 @@ decide_parts = function(k0, np, a, cost, id, now, score, newest)
       exact(p[1], p[8], id, now, score, newest, p[3], p[4], p[6], p[7], out, p[5], p[9])
     elseif p[2] > 0 then
       p[9].admit, p[9].allowed = admit, allowed
-      stepped(p[1], p[2], p[8], id, now, p[3], p[4], p[6], p[7], out, p[5], p[9])
+      stepped(p[1], p[10], p[2], p[8], id, now, p[3], p[4], p[6], p[7], out, p[5], p[9])
     else
       -- its state: the leases held, at p[9]
       inflight_finish(p[1], now, id, admit, allowed, p[9], p[3], p[4], p[6], p[7], out, p[5])
@@ -255,7 +260,7 @@ if ARGV[1] ~= '*' then
 end
 
 local replies, k0, a = {}, 0, 2
-local np, from -- the last request written whole: its parts, its ARGV
+local np, from -- the last request written whole: its keys, its ARGV
 while a <= #ARGV do
   local ok, out, after
   if ARGV[a] == '=' then
@@ -275,12 +280,18 @@ while a <= #ARGV do
       end
       out = {err = out}
     end
-    -- The next request starts after this one's parts.
+    -- The next request starts after this one's parts (a stepped one has
+    -- two keys).
     after = a + 2
     if ARGV[a] ~= '=' then
       after = a + 4
-      for _ = 1, np do
-        after = after + 2 + 2 * math.abs(ARGV[after + 1] + 0)
+      local k = 0
+      while k < np do
+        local step = ARGV[after]
+        after, k = after + 2 + 2 * math.abs(ARGV[after + 1] + 0), k + 1
+        if step ~= '0' and step ~= '-1' then
+          k = k + 1
+        end
       end
     end
   end

@@ -30,11 +30,13 @@ type Limit struct {
 
 // Part is one key of a decision: the log of one identity (Level) and one
 // kind: Step 0 for the exact log, above 0 for the stepped log of that
-// step, InFlightStep for the in-flight log.
+// step, InFlightStep for the in-flight log. A stepped log's ids
+// (stepped.lua) are a part of their own, IDs, right after the log's.
 type Part struct {
 	Level    int
 	Step     int64
 	Requests bool // it counts requests, one each, rather than their cost
+	IDs      bool // the ids of the stepped log of the part before
 }
 
 // InFlightStep is the step of an in-flight part, as the scripts read it.
@@ -95,7 +97,14 @@ func NewPlan(limits []Limit) *Plan {
 		}
 		return int(rank(a.Step) - rank(b.Step))
 	})
+	var keys []Part
 	for _, part := range p.parts {
+		keys = append(keys, part)
+		if part.Step > 0 {
+			ids := part
+			ids.IDs = true
+			keys = append(keys, ids)
+		}
 		var idx []int
 		for i, l := range limits {
 			if partOf(l) == part {
@@ -119,6 +128,9 @@ func NewPlan(limits []Limit) *Plan {
 			lease = shadow
 		}
 		p.leases = append(p.leases, lease)
+		if part.Step > 0 {
+			p.leases = append(p.leases, 0) // its ids'
+		}
 		for _, i := range idx {
 			q := limits[i].Quota
 			if limits[i].Shadow {
@@ -128,10 +140,11 @@ func NewPlan(limits []Limit) *Plan {
 		}
 		p.order = append(p.order, idx...)
 	}
+	p.parts = keys
 	if len(limits) == 1 && !limits[0].InFlight {
 		p.short = limits[0].Window
 	}
-	if len(p.parts) == 1 {
+	if len(p.parts) == 1 || len(p.parts) == 2 && p.parts[1].IDs {
 		switch step := p.parts[0].Step; {
 		case step == 0:
 			p.hash = exactHashArg
@@ -207,13 +220,14 @@ const (
 )
 
 // SettleArgs returns the settle script's ARGV correcting the request id,
+// admitted at µs at (on the clock of clock, as the caller knows it) and
 // recorded under p at lo to hi units (one cost, unless a settle whose
 // reply was lost may have run), to cost (below 0: left as it is), with
 // lease, LeaseKeep, LeaseRelease or the µs to renew its leases for, from
 // clock (µs as decimal digits, or "" for Redis TIME), and moving its units
 // later by shift µs.
-func (p *Plan) SettleArgs(id string, lo, hi, cost int, lease, clock string, shift int64) []any {
-	args := make([]any, 0, 6+len(p.parts))
+func (p *Plan) SettleArgs(id string, at int64, lo, hi, cost int, lease, clock string, shift int64) []any {
+	args := make([]any, 0, 7+len(p.parts))
 	to := ""
 	if cost >= 0 {
 		to = strconv.Itoa(cost)
@@ -222,8 +236,11 @@ func (p *Plan) SettleArgs(id string, lo, hi, cost int, lease, clock string, shif
 	if lo != hi {
 		recorded = strconv.Itoa(lo) + ":" + strconv.Itoa(hi)
 	}
-	args = append(args, id, recorded, to, lease, clock, shift)
+	args = append(args, id, recorded, to, lease, clock, shift, at)
 	for i, part := range p.parts {
+		if part.IDs {
+			continue // settle.lua takes a stepped log's ids with it
+		}
 		step := strconv.FormatInt(part.Step, 10)
 		switch {
 		case part.Requests:

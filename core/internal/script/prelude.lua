@@ -20,5 +20,5 @@ local call = redis.call
 -- The logs' functions, which exact.lua, stepped.lua and inflight.lua
 -- define: an allow script made for plans of one kind of log leaves the
 -- others' files out, and their functions stay nil, never called.
-local exact, stepped, stepped_find, stepped_ids
+local exact, stepped, stepped_horizon
 local inflight_read, inflight_finish, inflight_held

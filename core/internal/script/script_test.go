@@ -57,10 +57,14 @@ func newHarness(t *testing.T) *harness {
 }
 
 // keys returns the keys of plan p's decisions.
-func (h *harness) keys(p *Plan) []string {
+func (h *harness) keys(p *Plan) []string { return keysOf(h.log, p) }
+
+// keysOf returns the keys of plan p's decisions for the identity of stem
+// log.
+func keysOf(log string, p *Plan) []string {
 	var keys []string
 	for _, part := range p.Parts() {
-		k := h.log
+		k := log
 		if part.Level > 0 {
 			k += "/" + strconv.Itoa(part.Level)
 		}
@@ -69,6 +73,9 @@ func (h *harness) keys(p *Plan) []string {
 			k += ":#inflight"
 		case part.Step > 0:
 			k += ":#" + strconv.FormatInt(part.Step, 10)
+		}
+		if part.IDs {
+			k += ":ids"
 		}
 		keys = append(keys, k)
 	}
@@ -96,7 +103,7 @@ func (h *harness) decide(p *Plan, cost int, id string) (allowed, duplicate bool,
 // the request's first part held before.
 func (h *harness) settle(p *Plan, recorded, cost int, id, lease string) int64 {
 	h.t.Helper()
-	reply, err := strictSettle.Run(h.t.Context(), h.rdb, h.keys(p), p.SettleArgs(id, recorded, recorded, cost, lease, strconv.FormatInt(h.now, 10), 0)...).Int64Slice()
+	reply, err := strictSettle.Run(h.t.Context(), h.rdb, h.keys(p), p.SettleArgs(id, h.now, recorded, recorded, cost, lease, strconv.FormatInt(h.now, 10), 0)...).Int64Slice()
 	if err != nil {
 		h.t.Fatalf("settle(%x): %v", id, err)
 	}
@@ -163,8 +170,7 @@ func TestEveryCommandNamesADeclaredKey(t *testing.T) {
 	var cmds []Command
 	for i := range 4 {
 		log := h.log + strconv.Itoa(i)
-		keys := []string{log, log + ":#60000000", log + ":#1000000"}
-		cmds = append(cmds, p.Command(keys, 1, newID(), ""))
+		cmds = append(cmds, p.Command(keysOf(log, p), 1, newID(), ""))
 	}
 	args := Batch(cmds, true)
 	args[1] = strictSource
@@ -310,7 +316,7 @@ func TestABatchDecidesAsLoneCalls(t *testing.T) {
 	// A batch of one form runs that form, by EVALSHA and by EVAL.
 	for _, p := range plans[:2] {
 		cmds := []Command{p.Command(a.keys(p), 1, newID(), ""), p.Command(a.keys(p), 1, newID(), "")}
-		if args := Batch(cmds, false); args[1] != p.hash || len(args) != 3+2+1+len(cmds[0].Args())+1+2 {
+		if args := Batch(cmds, false); args[1] != p.hash || len(args) != 3+2*cmds[0].NKeys()+1+len(cmds[0].Args())+1+2 {
 			t.Errorf("a batch of form %v runs %v in %d arguments", p.hash, args[1], len(args))
 		}
 		if args := Batch(cmds, true); args[1] != sources[formOf(p.hash)] {
@@ -420,49 +426,78 @@ func TestAnEvictionIsKeptWhateverTheDecision(t *testing.T) {
 	}
 }
 
-// TestSteppedIDsAreTheLastAdmissions: 300 admissions in one step; the
-// newest 128 are each recognised when retried and each give back their
-// unit when refunded, the older ones are not recognised.
-func TestSteppedIDsAreTheLastAdmissions(t *testing.T) {
+// TestSteppedIDsAreKeptByTime: a stepped log keeps its ids for the shorter
+// of its window and 15 minutes, whatever the identity admits meanwhile.
+// 3,000 admissions in one step of a day's limit, then 14 minutes later,
+// each is recognised when retried and gives back its unit when refunded
+// (once); past the horizon and its sixteenth, the ids are swept, and a
+// retry is a new request. Under a minute's limit, the horizon is the
+// minute.
+func TestSteppedIDsAreKeptByTime(t *testing.T) {
 	h := newHarness(t)
 	p := NewPlan([]Limit{stepped(100_000, 24*time.Hour, time.Minute)})
 	var ids []string
-	for range 300 {
+	for range 3000 {
 		id := newID()
 		if ok, _, _ := h.decide(p, 1, id); !ok {
 			t.Fatal("denied under a quota of 100,000")
 		}
 		ids = append(ids, id)
 	}
-	for i, id := range ids[300-128:] {
-		if ok, dup, st := h.decide(p, 1, id); !ok || !dup || st[0].Remaining != 100_000-300 {
-			t.Fatalf("retry of admission %d = allowed %v, retried %v, %+v; want a retry counted once", 300-128+i, ok, dup, st[0])
+	h.now += (14 * time.Minute).Microseconds()
+	for i, id := range ids[:1000] {
+		if ok, dup, st := h.decide(p, 1, id); !ok || !dup || st[0].Remaining != 100_000-3000 {
+			t.Fatalf("retry of admission %d 14 minutes later = allowed %v, retried %v, %+v; want a retry counted once", i, ok, dup, st[0])
 		}
 	}
-	for i, id := range ids[300-128:] {
+	for i, id := range ids[1000:2000] {
 		if n := h.refund(p, 1, id); n != 1 {
-			t.Fatalf("refund of admission %d gave back %d, want 1", 300-128+i, n)
+			t.Fatalf("refund of admission %d gave back %d, want 1", 1000+i, n)
 		}
 		if n := h.refund(p, 1, id); n != 0 {
-			t.Fatalf("a second refund of admission %d gave back %d, want 0", 300-128+i, n)
+			t.Fatalf("a second refund of admission %d gave back %d, want 0", 1000+i, n)
 		}
 	}
 	_, _, st := h.decide(p, 1, "")
-	if want := 100_000 - 300 + 128; st[0].Remaining != want {
-		t.Fatalf("after 128 refunds Remaining = %d, want %d", st[0].Remaining, want)
+	if want := 100_000 - 2000; st[0].Remaining != want {
+		t.Fatalf("after 1,000 refunds Remaining = %d, want %d", st[0].Remaining, want)
 	}
-	if _, dup, _ := h.decide(p, 1, ids[300-129]); dup {
-		t.Fatal("the 129th newest admission was recognised; the log keeps 128")
+	// Past 15 minutes and a sixteenth: admissions sweep 64 old ids each.
+	h.now += (3 * time.Minute).Microseconds()
+	for range 40 {
+		h.decide(p, 1, newID())
+	}
+	n, err := h.rdb.ZCard(t.Context(), keysOf(h.log, p)[1]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(1 + 40); n != want {
+		t.Fatalf("the ids hold %d members after the sweep, want %d (the 40 new ids and the set's own)", n, want)
+	}
+	if _, dup, _ := h.decide(p, 1, ids[2500]); dup {
+		t.Fatal("an admission of 17 minutes ago was recognised; the horizon is 15 minutes")
+	}
+
+	h = newHarness(t)
+	p = NewPlan([]Limit{stepped(1000, time.Minute, time.Second)})
+	id := newID()
+	h.decide(p, 1, id)
+	h.now += (50 * time.Second).Microseconds()
+	if _, dup, _ := h.decide(p, 1, id); !dup {
+		t.Fatal("a retry 50 s later was a new request under a minute's limit")
+	}
+	h.now += (15 * time.Second).Microseconds()
+	h.decide(p, 1, newID()) // sweeps
+	if _, dup, _ := h.decide(p, 1, id); dup {
+		t.Fatal("a retry 65 s later was recognised; a minute's limit keeps its ids a minute")
 	}
 }
 
-// TestRetriesAreFoundAtEveryPlaceOfTheStaging: a stepped log keeps the
-// fingerprints of its latest admissions in its staging until they make it
-// whole, and then in their places. After every admission of 300, across
-// stagings made whole and the entries' ring turning twice, the ids of the
-// newest ten and of the 128th newest are each recognised when retried,
-// alone and as a part of a request of several; a retry records nothing.
-func TestRetriesAreFoundAtEveryPlaceOfTheStaging(t *testing.T) {
+// TestRetriesAreFoundWhateverCameSince: after every admission of 300, the
+// ids of the newest ten, of the 128th newest and of the first are each
+// recognised when retried, alone and as a part of a request of several;
+// a retry records nothing.
+func TestRetriesAreFoundWhateverCameSince(t *testing.T) {
 	for _, limits := range [][]Limit{
 		{stepped(100_000, 24*time.Hour, time.Minute)},
 		{exact(100_000, time.Hour), stepped(100_000, 24*time.Hour, time.Minute)},
@@ -477,7 +512,7 @@ func TestRetriesAreFoundAtEveryPlaceOfTheStaging(t *testing.T) {
 				t.Fatalf("%d limits: admission %d = allowed %v, retried %v; want a fresh admission", len(limits), i, ok, dup)
 			}
 			ids = append(ids, id)
-			for _, back := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 127} {
+			for _, back := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 127, i} {
 				if back > i {
 					continue
 				}
@@ -490,12 +525,11 @@ func TestRetriesAreFoundAtEveryPlaceOfTheStaging(t *testing.T) {
 	}
 }
 
-// TestIDsSharingAFingerprint: a stepped log looks for an id among its
-// entries only when the id's fingerprint (its last two bytes) is among
-// theirs. Ids that share one, or whose fingerprint the others' straddle,
-// are each a fresh request the first time and a retried call the second,
-// alone and as a part of a request of several.
-func TestIDsSharingAFingerprint(t *testing.T) {
+// TestIDsSharingTheirEnds: ids that share their last bytes, or that the
+// others' straddle, or of other lengths, are each a fresh request the first
+// time and a retried call the second, alone and as a part of a request of
+// several.
+func TestIDsSharingTheirEnds(t *testing.T) {
 	for _, limits := range [][]Limit{
 		{stepped(1000, time.Hour, time.Minute)},
 		{exact(1000, time.Hour), stepped(1000, 2*time.Hour, time.Minute)},
@@ -742,7 +776,7 @@ func TestTheShortReplyDecodesAsTheFullOne(t *testing.T) {
 				}
 				kinds[len(ra)]++
 				// The batch form, on keys of its own.
-				cmd := p.Command([]string{a.log + "batch" + a.keys(p)[0][len(a.log):]}, 1, id, clock)
+				cmd := p.Command(keysOf(a.log+"batch", p), 1, id, clock)
 				replies, err := a.rdb.Do(t.Context(), Batch([]Command{cmd, cmd}, true)...).Slice()
 				if err != nil {
 					t.Fatal(err)
@@ -803,7 +837,7 @@ func TestAShortReplyIsDecodedOnlyForOneLimit(t *testing.T) {
 // them where stepped.lua says: the newest bucket's count in the header's
 // p, the other buckets of o..n in their slots.
 func TestTheNewestBucketCountsInTheHeader(t *testing.T) {
-	const step, ring, ring0 = int64(1_000_000), 1444, 56 + 8*2 + 128*2 + 128*22
+	const step, ring, ring0 = int64(1_000_000), 1444, 60
 	limits := []Limit{stepped(20, 4*time.Second, time.Second), stepped(9, 2*time.Second, time.Second)}
 	p := NewPlan(limits)
 	h := newHarness(t)
@@ -883,7 +917,7 @@ func TestTheNewestBucketCountsInTheHeader(t *testing.T) {
 	// its units later by shift.
 	settle := func(id string, recorded, cost int, shift int64, from int64) {
 		t.Helper()
-		args := p.SettleArgs(id, recorded, recorded, cost, "", strconv.FormatInt(h.now, 10), shift)
+		args := p.SettleArgs(id, h.now, recorded, recorded, cost, "", strconv.FormatInt(h.now, 10), shift)
 		if _, err := strictSettle.Run(t.Context(), h.rdb, h.keys(p), args...).Int64Slice(); err != nil {
 			t.Fatalf("settle: %v", err)
 		}
@@ -948,7 +982,7 @@ func TestAShiftBeyondNowStaysInTheRing(t *testing.T) {
 	at := func(ms int64) { h.now = start + ms*step }
 	shift := func(id string, ms int64) {
 		t.Helper()
-		args := p.SettleArgs(id, 1, 1, -1, LeaseKeep, strconv.FormatInt(h.now, 10), ms*step)
+		args := p.SettleArgs(id, h.now, 1, 1, -1, LeaseKeep, strconv.FormatInt(h.now, 10), ms*step)
 		if _, err := strictSettle.Run(t.Context(), h.rdb, h.keys(p), args...).Int64Slice(); err != nil {
 			t.Fatalf("shift: %v", err)
 		}

@@ -4,8 +4,8 @@
 -- logs). A refund settles to 0 and releases. Settling twice to the same
 -- cost changes nothing the second time, so a settle may be retried.
 --
--- KEYS[i]      the parts the request was decided on, as the allow script
---              took them.
+-- KEYS         the parts the request was decided on, as the allow script
+--              took them (a stepped log's key, then its ids').
 -- ARGV[1]      the request id.
 -- ARGV[2]      the cost recorded for it when admitted (or last settled);
 --              or "lo:hi" when a settle whose reply was lost may have run,
@@ -21,11 +21,15 @@
 --              destination did. A stepped log moves them by whole steps,
 --              rounded up, to no later than the step after now's (ARGV[5]
 --              or TIME).
--- ARGV[6+i]    KEYS[i]'s step: 0 for an exact log, above 0 for a stepped
---              log, -1 for an in-flight log; followed by "r" for a log that
---              counts requests, one each, rather than their cost, and for
---              an in-flight log by ":" and the lease its request took, in
---              µs.
+-- ARGV[7]      when the request was admitted, in µs (on the clock of
+--              ARGV[5], as the caller knows it): a stepped log that no
+--              longer holds its id judges by it whether it forgot the id
+--              for its age while its units still count.
+-- ARGV[7+i]    the i-th part's step: 0 for an exact log, above 0 for a
+--              stepped log, -1 for an in-flight log; followed by "r" for a
+--              log that counts requests, one each, rather than their cost,
+--              and for an in-flight log by ":" and the lease its request
+--              took, in µs.
 --
 -- A release of a lease still held tells the in-flight log how long it was
 -- held: now less its start, the lease's end less the lease (its last
@@ -40,11 +44,10 @@
 -- correction.
 --
 -- Returns {units, leases, missed}: the units the first exact or stepped
--- part held for id before (0 when the request left it, was refunded or, in
--- a stepped log, is older than its last admissions kept), how many leases
--- of id were held before, and how many stepped parts did not find id
--- among the ids they keep while they wrote over ids to keep the last ones
--- and still count units: parts that may have forgotten it.
+-- part held for id before (0 when the request left it or was refunded),
+-- how many leases of id were held before, and how many stepped parts no
+-- longer held id past their horizon (stepped.lua) while its units still
+-- count there: the settlement could not correct them.
 
 local id, lease = ARGV[1], ARGV[4]
 local shift = tonumber(ARGV[6]) or 0
@@ -67,8 +70,11 @@ local function live(key, ms)
   end
 end
 
-for i, key in ipairs(KEYS) do
-  local spec = ARGV[6 + i]
+local admitted = tonumber(ARGV[7])
+local k = 0
+for i = 8, #ARGV do
+  k = k + 1
+  local key, spec = KEYS[k], ARGV[i]
   local lo, old = string.match(ARGV[2], '^(%d+):(%d+)$')
   if lo then
     lo, old = tonumber(lo), tonumber(old)
@@ -154,26 +160,37 @@ for i, key in ipairs(KEYS) do
       units, first = had, false
     end
   elseif step > 0 then
+    -- The request is its id among the log's ids, scored with the µs of
+    -- its admission (its bucket's), and its cost the score of id .. "$"
+    -- if not 1 (stepped.lua).
+    local ids = KEYS[k + 1]
+    k = k + 1
     local h = call('GETRANGE', key, '0', HDR_LAST)
-    local o, n, t, w, seq, exp, p, e, ids = 0, 0, 0, 0, 0, 0, 0, nil, ''
+    local o, n, t, w, due, exp, p = 0, 0, 0, 0, 0, 0, 0
     if #h == HDR then
-      o, n, t, w, seq, exp, p = struct.unpack('<ddddddd', h)
-      ids = stepped_ids(key, seq)
-      e = stepped_find(ids, id)
+      o, n, t, w, due, exp, p = struct.unpack('<ddddddd', h)
     end
+    local s = call('ZSCORE', ids, id)
     local had = 0
-    if not e and seq > IDS and t > 0 then
-      missed = missed + 1
+    if s then
+      had = call('ZSCORE', ids, id .. '$')
+      had = had and -3 - had or 1
+    elseif t > 0 and admitted then
+      -- Not held: forgotten for its age (older than the horizon) while
+      -- the history the log counts still holds its bucket?
+      local now = clock()
+      local b = math.floor(admitted / step)
+      if b >= math.max(o, math.floor((now - w) / step)) and now - admitted >= stepped_horizon(w) then
+        missed = missed + 1
+      end
     end
-    if e then
-      local at = IDS0 + ENTRY * e
-      local b, c = struct.unpack('<dI6', ids, ENTRY * e + 9)
-      had = c
+    if s then
+      local b = math.floor(s / step)
       local kept = t > 0 and b >= o and b <= n
-      if new and new ~= c and kept then
+      if new and new ~= had and kept then
         -- Bucket b's count: its slot's, or the header's p for the newest.
         local slot = '#' .. (RING0 / 6 + b % RING)
-        local delta = new - c
+        local delta = new - had
         if b == n then
           delta = math.max(delta, -p)
           p = p + delta
@@ -187,16 +204,20 @@ for i, key in ipairs(KEYS) do
         end
         if delta ~= 0 then
           t = t + delta
-          call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, seq, exp, p))
+          call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, due, exp, p))
         end
       end
-      if new == 0 then
-        call('SETRANGE', key, at, string.rep('\0', ENTRY))
-      elseif new then
-        call('SETRANGE', key, at + 16, struct.pack('<I6', new))
+      if new and new ~= had then
+        if new == 0 then
+          call('ZREM', ids, id, id .. '$')
+        elseif new == 1 then
+          call('ZREM', ids, id .. '$')
+        else
+          call('ZADD', ids, string.format('%d', -3 - new), id .. '$')
+        end
       end
       local by = math.ceil(shift / step)
-      local now_cost = new or c
+      local now_cost = new or had
       local d = b
       if by > 0 and now_cost > 0 and kept then
         -- Later by whole steps, to no later than the step after now's: a
@@ -228,9 +249,11 @@ for i, key in ipairs(KEYS) do
             ring_open(key, n, p, d)
             n, p = d, moved
           end
-          call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, seq, exp, p))
-          call('SETRANGE', key, at + 8, struct.pack('<d', d))
-          live(key, math.ceil(((d + 1) * step + w - clock()) / 1000))
+          call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, due, exp, p))
+          call('ZADD', ids, 'XX', string.format('%d', d * step), id)
+          local life = math.ceil(((d + 1) * step + w - clock()) / 1000)
+          live(key, life)
+          live(ids, life)
         end
       end
     end

@@ -1,60 +1,52 @@
 -- stepped.lua: the stepped log (part of the allow script; decide.lua holds
--- the protocol and decides with these functions; refund.lua refunds).
+-- the protocol and decides with these functions; settle.lua corrects).
 --
 -- A stepped log counts units per step-long bucket (bucket b covers the µs
 -- b*step up to (b+1)*step) rather than one member per unit, so that its
--- size does not grow with its quota. It is one string:
+-- size does not grow with its quota. It is two keys. The log is a string:
 --   [0, HDR)         a header of seven little-endian doubles: o, the oldest
 --                    bucket kept; n, the newest; t, the units in o..n; W,
 --                    the longest window counted at this step while the log
---                    lives (it keeps W of history); seq, how many
---                    admissions it recorded; E, the Unix ms (on the
---                    deciders' clock) until which it lives, renewed for
---                    two windows and a step once less than a window and a
---                    step is left; and p, the units of bucket n.
---   [HDR, FP0)       the staging: the fingerprints (below) of the
---                    admissions since seq was last a multiple of STAGE, the
---                    one of seq - seq % STAGE + i in place i, written with
---                    the header; the admission that makes the staging
---                    whole writes its fingerprints to their places below
---                    too. Its places from seq % STAGE on hold nothing
---                    current.
---   [FP0, IDS0)      IDS fingerprints of two bytes, the last two of the id
---                    of the entry of the same index: an admission reads
---                    them and the staging with the header, and looks for
---                    its id among the entries only when its fingerprint is
---                    there (one call in about 500 that is not a retry), so
---                    that a fresh id costs no read of the entries. The
---                    fingerprints of the admissions staged are current in
---                    the staging only, so that an admission writes no more
---                    than STAGE of them: every byte of a string costs Redis
---                    a step of its hash when the script makes or reads it.
---   [IDS0, RING0)    the request ids of the last IDS admissions, in the
---                    order they came, entry seq % IDS holding the seq-th:
---                    the 8-byte id, the bucket as a little-endian double
---                    and the units as a little-endian 48-bit integer. A
---                    retried call is found here, and a refund finds its
---                    bucket. A refunded entry is zeroed (its fingerprint
---                    stays: a fingerprint only sends a search here).
+--                    lives (it keeps W of history); D, the µs (on the
+--                    deciders' clock) from which an admission sweeps its
+--                    ids (below); E, the Unix ms until which it lives,
+--                    renewed for two windows and a step once less than a
+--                    window and a step is left; and p, the units of bucket
+--                    n.
 --   [RING0, SIZE)    a ring of RING big-endian 48-bit counts (up to 2^48,
---                    past any quota), as BITFIELD keeps them: bucket b in slot b % RING, for b in
---                    o..n-1. The newest bucket counts in the header (p),
---                    so that an admission to it, the commonest, writes no
---                    slot. When a later bucket becomes the newest, n's
---                    count goes to its slot and the slots of the buckets
---                    between are zeroed (ring_open), so every slot is
---                    written as its bucket enters o..n-1, and an eviction
---                    leaves the slots it frees as they are.
+--                    past any quota), as BITFIELD keeps them ("#i" is the
+--                    i-th 48-bit integer, so RING0 is a multiple of 6):
+--                    bucket b in slot b % RING, for b in o..n-1. The newest
+--                    bucket counts in the header (p), so that an admission
+--                    to it, the commonest, writes no slot. When a later
+--                    bucket becomes the newest, n's count goes to its slot
+--                    and the slots of the buckets between are zeroed
+--                    (ring_open), so every slot is written as its bucket
+--                    enters o..n-1, and an eviction leaves the slots it
+--                    frees as they are.
 -- RING exceeds the most steps a window may span (1,440) by the two buckets
 -- a window straddles, and slack.
-local HDR, STAGE, IDS, ENTRY, RING = 56, 8, 128, 22, 1444
-local FP0 = HDR + 2 * STAGE
-local IDS0 = FP0 + 2 * IDS
-local RING0 = IDS0 + IDS * ENTRY
+--
+-- Its ids are a sorted set, the key after the log's among KEYS: each
+-- request the log counts is its 8-byte id, scored with the µs it was
+-- admitted at (the start of its bucket if it went to a later one), so
+-- that a retried call is found and counts once, and a settlement finds the
+-- request's bucket, by time rather than by how many came since: an id is
+-- kept for H = min(W, HORIZON) after its admission, whatever the identity
+-- admits meanwhile. A request of a cost other than 1 has a second member,
+-- id .. "$", scored -3 - cost (as in exact.lua), so that a settlement knows
+-- what the log holds for it; and the set holds "#", scored -1, so that it
+-- lives, and expires, with the log. An admission from D on sweeps the ids
+-- older than H, the oldest SWEEP at a time and whole instants (D stays due
+-- while more may be left); once it swept them all D is H/16 later, so that
+-- a sweep comes once every H/16, or every admission while a backlog lasts:
+-- the set holds the ids of at most H * 17/16 of admissions, and what a
+-- backlog leaves (SWEEP an admission drains it).
+local HDR, RING, RING0 = 56, 1444, 60
 local SIZE = RING0 + 6 * RING
--- HDR - 1, IDS0 and IDS0 - 1, not formatted at every call (STAGE divides
--- IDS, so a staging's places are a run of entries)
-local HDR_LAST, IDS0_S, IDS0_LAST = '55', '328', '327'
+local HORIZON, SWEEP = 900000000, 64
+-- HDR - 1, not formatted at every call
+local HDR_LAST = '55'
 
 -- ring_read returns the counts of buckets a..b (b - a < RING) of key;
 -- given p, of a..b with b the newest bucket, whose count p the header
@@ -116,71 +108,47 @@ local function ring_open(key, n, p, b)
 end
 
 -- header writes key's header.
-local function header(key, o, n, t, w, seq, e, p)
-  call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, seq, e, p))
+local function header(key, o, n, t, w, due, e, p)
+  call('SETRANGE', key, '0', struct.pack('<ddddddd', o, n, t, w, due, e, p))
 end
 
--- stepped_ids returns the entries of the log key that hold ids, entry 0
--- first, given the log's seq: only those, read only when an id is looked
--- for. Redis's Lua hashes every byte of a string it is given: reading the
--- whole ring with the header made that hashing a fifth of a stepped
--- admission's instructions.
-stepped_ids = function(key, seq)
-  if seq <= 0 then
-    return ''
+-- stepped_horizon returns H, how long the ids of a log of history w are
+-- kept.
+stepped_horizon = function(w)
+  if w < HORIZON then
+    return w
   end
-  return call('GETRANGE', key, IDS0_S, string.format('%d', IDS0 + ENTRY * math.min(seq, IDS) - 1))
-end
-
--- stepped_find returns the entry (0-based) of id among ids (as
--- stepped_ids returns them), or nil.
-stepped_find = function(ids, id)
-  local at = string.find(ids, id, 1, true)
-  while at and (at - 1) % ENTRY ~= 0 do
-    at = string.find(ids, id, at + 1, true)
-  end
-  if at then
-    return (at - 1) / ENTRY
-  end
-  return nil
+  return HORIZON
 end
 
 -- stepped decides a request of cost units recorded as id ("" to peek) on
--- the stepped log key of step, counted by the nlim limits whose pairs start
--- at ARGV[x] (q1 and w1 as in exact.lua), at now. It evicts the buckets older than the
--- history the log keeps, counts each limit, records the units in the bucket
--- of now if the request is admitted, writes the header when the log's state
--- calls for it (unless id is "", a peek: the log lives two windows and a
--- step from now once less than a window and a step is left), and puts each
--- limit's three values in out from out[o] on, as exact does.
+-- the stepped log key of step and its ids, counted by the nlim limits whose
+-- pairs start at ARGV[x] (q1 and w1 as in exact.lua), at now. It evicts the
+-- buckets older than the history the log keeps, counts each limit, records
+-- the units in the bucket of now and the id among the ids if the request is
+-- admitted, writes the header when the log's state calls for it (unless id
+-- is "", a peek: the log lives two windows and a step from now once less
+-- than a window and a step is left), and puts each limit's three values in
+-- out from out[o] on, as exact does.
 --
 -- Alone (part nil) it decides the request by these limits, a retried call
--- when its id is among the ids kept, and returns whether it is admitted and
+-- when its id is among the ids, and returns whether it is admitted and
 -- whether it was a retried call. As a part of a request of several, it is
 -- called twice with one table, part, as exact is: the state it keeps there
--- is grow, W, E, o, n, t, seq, the bucket an admission goes to, whether
--- the log is new, its header and fingerprints as read, and p.
-stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
-  local grow, w, e, ob, n, t, seq, bk, new, h, p
+-- is grow, W, E, o, n, t, D, the bucket an admission goes to, whether the
+-- log is new, and p; and part.seen, whether id is among the ids.
+stepped = function(key, ids, step, cost, id, now, x, nlim, q1, w1, out, o, part)
+  local grow, w, e, ob, n, t, due, bk, new, p
   local admit, allowed, duplicate, evicted = false, false, false, false
-  -- id's fingerprint (its last two bytes; an id of one, which the limiter
-  -- never sends, padded): the one the read looks for, the write writes.
-  local fp = ''
-  if id ~= '' then
-    fp = string.sub(id, -2)
-    if #fp < 2 then
-      fp = '\0' .. fp
-    end
-  end
   if part and part.admit ~= nil then
-    grow, w, e, ob, n, t, seq, bk, new, h, p = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10], part[11]
+    grow, w, e, ob, n, t, due, bk, new, p = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10]
     admit, allowed = part.admit, part.allowed
   else
-    h = call('GETRANGE', key, '0', IDS0_LAST)
-    ob, n, t, w, seq, e, p = 0, 0, 0, 0, 0, 0, 0
+    local h = call('GETRANGE', key, '0', HDR_LAST)
+    ob, n, t, w, due, e, p = 0, 0, 0, 0, 0, 0, 0
     new, grow = #h < HDR, false
     if not new then
-      ob, n, t, w, seq, e, p = struct.unpack('<ddddddd', h)
+      ob, n, t, w, due, e, p = struct.unpack('<ddddddd', h)
     end
     for i = 1, nlim do
       local wi = w1
@@ -208,7 +176,7 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
       -- other key is read before then, so nothing can fail between. A
       -- part writes it now, before another part's key is read.
       if part then
-        header(key, ob, n, t, w, seq, e, p)
+        header(key, ob, n, t, w, due, e, p)
       else
         evicted = true
       end
@@ -238,37 +206,41 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
         fits = false
       end
     end
-    -- A retried call: its id is among the entries. Only an id whose
-    -- fingerprint is staged or among the first min(seq, IDS) is looked
-    -- for there.
-    if id ~= '' and seq > 0 then
-      local last, staged = FP0 + 2 * IDS, HDR + 2 * (seq % STAGE)
-      if seq < IDS then
-        last = FP0 + 2 * seq
-      end
-      local at = string.find(h, fp, HDR + 1, true)
-      -- not at a fingerprint's start, or in a place of the staging unused
-      while at and at < last and ((at - HDR) % 2 == 0 or at > staged and at <= FP0) do
-        at = string.find(h, fp, at + 1, true)
-      end
-      duplicate = at ~= nil and at < last and stepped_find(stepped_ids(key, seq), id) ~= nil
-    end
     if part then
-      part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10], part[11] = grow, w, e, ob, n, t, seq, bk, new, h, p
-      part.seen = duplicate
+      part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10] = grow, w, e, ob, n, t, due, bk, new, p
+      part.seen = id ~= '' and call('ZSCORE', ids, id) ~= false
       return
     end
-    allowed, admit = fits or duplicate, fits and not duplicate and id ~= ''
+    -- A retried call: its id is among the ids. One that fits is found by
+    -- the admission's ZADD, below.
+    duplicate = id ~= '' and not fits and call('ZSCORE', ids, id) ~= false
+    allowed, admit = fits or duplicate, fits and id ~= ''
   end
 
+  if admit then
+    -- Scored with now, or with the start of the later bucket it goes to.
+    local at = now
+    if bk * step > now then
+      at = bk * step
+    end
+    if call('ZADD', ids, 'NX', string.format('%d', at), id) == 0 then
+      -- Its id was there (a part's is looked for before): a retried call,
+      -- which records nothing.
+      admit, duplicate = false, true
+    elseif cost ~= 1 then
+      call('ZADD', ids, string.format('%d', -3 - cost), id .. '$')
+    end
+  end
   if admit or id ~= '' and grow and not new then
-    local k, j = seq % IDS, seq % STAGE -- an admission's entry, and its fingerprint's place in the staging
     if admit then
       if new then
         -- Made whole at once, so Redis never grows it (and doubles it):
         -- SETRANGE past the end of a missing key makes a string of
-        -- exactly that length, zeroed.
+        -- exactly that length, zeroed. Nothing in its ids is due before
+        -- the horizon and its sixteenth.
         call('SETRANGE', key, SIZE - 1, '\0')
+        local hz = stepped_horizon(w)
+        due = now + hz + hz / 16
       end
       -- The units go to the newest bucket's count in the header. A
       -- bucket past the newest becomes the newest: the count of the one
@@ -282,29 +254,39 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
         p = p + cost
       end
       t = t + cost
-      call('SETRANGE', key, string.format('%d', IDS0 + ENTRY * k), struct.pack('<c0dI6', id, bk, cost))
-      seq = seq + 1
+      if now >= due then
+        -- Sweep the oldest ids older than the horizon, and their costs:
+        -- SWEEP of them, and the rest of the instant (score) of the last,
+        -- so that what goes does not hang on the order of ids within one.
+        local hz = stepped_horizon(w)
+        local r, by = call('ZRANGEBYSCORE', ids, '0', string.format('%d', now - hz), 'WITHSCORES', 'LIMIT', '0', SWEEP), 2
+        local full = #r == 2 * SWEEP
+        if full then
+          r, by = call('ZRANGEBYSCORE', ids, '0', r[#r]), 1
+        end
+        local names = {}
+        for j = 1, #r, by do
+          names[#names + 1] = r[j]
+          names[#names + 1] = r[j] .. '$'
+        end
+        for j = 1, #names, 1000 do
+          call('ZREM', ids, unpack(names, j, math.min(j + 999, #names)))
+        end
+        if not full then
+          due = now + hz / 16
+        end
+      end
     end
     if grow or e * 1000 - now < w + step then
       local life = math.ceil((2 * w + step) / 1000) -- two windows and a step
       e = math.floor(now / 1000) + life
       call('PEXPIRE', key, string.format('%d', life))
+      call('ZADD', ids, '-1', '#')
+      call('PEXPIRE', ids, string.format('%d', life))
     end
-    if admit then
-      -- The header and the staged fingerprints up to the admission's, at
-      -- once; the staging whole, its fingerprints go to their places too.
-      -- (Joined by .., which copies a string at once, where struct.pack
-      -- copies it byte by byte.)
-      local staged = string.sub(h, HDR + 1, HDR + 2 * j) .. fp
-      call('SETRANGE', key, '0', struct.pack('<ddddddd', ob, n, t, w, seq, e, p) .. staged)
-      if j == STAGE - 1 then
-        call('SETRANGE', key, string.format('%d', FP0 + 2 * (k - j)), staged)
-      end
-    else
-      header(key, ob, n, t, w, seq, e, p)
-    end
+    header(key, ob, n, t, w, due, e, p)
   elseif evicted then
-    header(key, ob, n, t, w, seq, e, p)
+    header(key, ob, n, t, w, due, e, p)
   end
 
   for i = 1, nlim do
@@ -344,5 +326,5 @@ stepped = function(key, step, cost, id, now, x, nlim, q1, w1, out, o, part)
     end
     out[j], out[j + 1], out[j + 2] = qi - c, retry, reset
   end
-  return allowed, duplicate
+  return allowed or duplicate, duplicate
 end
