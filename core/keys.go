@@ -38,9 +38,10 @@ const DefaultPrefix = "slidelimit:"
 // the step in µs (":#60000000" for a minute): a string of about 8.7 KB
 // holding a header and a ring of one 48-bit count per step; and beside it,
 // at its key + ":ids", the ids of the requests it admitted in the shorter
-// of its window and 15 minutes (a sorted set scored by time, each cost
-// other than 1 beside its id), so that a retried call counts once and a
-// settlement finds its step. A limit that counts requests
+// of its window and 15 minutes (a sorted set scored by time; a request
+// settled to another cost than it was admitted for has that cost beside
+// its id), so that a retried call counts once and a settlement finds its
+// step. A limit that counts requests
 // (Limit.Requests) counts a log of its own, the stem + ":#req" and its
 // step's suffix (":#0" if exact); an in-flight limit (Limit.InFlight) the
 // sorted set of leases at the stem + ":#inflight". The levels of a

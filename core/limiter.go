@@ -221,7 +221,7 @@ func (l *Limiter) decide(ctx context.Context, who string, stems, names []string,
 	case err != nil:
 		res, err = l.fallback(stems, names, n, id, set, err)
 	case res.Allowed && id != "":
-		res.d.admitted = admission{from: l, who: who, id: id, set: set, keys: keys, at: l.clockNow(time.Now())}
+		res.d.admitted = admission{from: l, who: who, id: id, n: n, set: set, keys: keys, at: l.clockNow(time.Now())}
 		res.d.admitted.cost.Store(int64(n))
 		res.d.admitted.lo.Store(int64(n))
 		res.d.admitted.hi.Store(int64(n))

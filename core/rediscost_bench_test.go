@@ -18,7 +18,10 @@ import (
 //   - exact cost 1 and exact cost 900 under PerMinute(1000): an exact log
 //     holds a request as one member whatever its cost;
 //   - a tenant's tree of three levels (AllowTree) against the same nine
-//     limits on one identity (AllowLimits): what a tree adds.
+//     limits on one identity (AllowLimits): what a tree adds;
+//   - stepped cost 1 and cost 1,000 under PerDay(10^9), one identity
+//     whose log lives on (a stepped log is made once a window, not a
+//     call): what keeping each request's id by time adds.
 func BenchmarkRedisCost(b *testing.B) {
 	srv := redistest.StartServer(b)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -46,6 +49,11 @@ func BenchmarkRedisCost(b *testing.B) {
 		}
 		tree = append(tree, slidelimit.Level{Identity: id, Limits: level(name)})
 	}
+	day, err := slidelimit.New(rdb, slidelimit.PerDay(1_000_000_000), slidelimit.WithTimeout(10*time.Second),
+		slidelimit.WithDenyCache(0), slidelimit.WithPrefix(redistest.Prefix(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
 	run := 0
 	for _, c := range []struct {
 		name  string
@@ -58,6 +66,12 @@ func BenchmarkRedisCost(b *testing.B) {
 		}},
 		{"tree/3-levels", func(ctx context.Context, id string) (slidelimit.Result, error) {
 			return lim.AllowTree(ctx, id, 100, tree...)
+		}},
+		{"stepped/cost=1", func(ctx context.Context, _ string) (slidelimit.Result, error) {
+			return day.AllowN(ctx, "day-1/"+strconv.Itoa(run), 1)
+		}},
+		{"stepped/cost=1000", func(ctx context.Context, _ string) (slidelimit.Result, error) {
+			return day.AllowN(ctx, "day-1000/"+strconv.Itoa(run), 1000)
 		}},
 	} {
 		b.Run(c.name, func(b *testing.B) {

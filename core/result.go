@@ -118,6 +118,7 @@ type admission struct {
 	local *localHold // for one admitted by FailLocal: the places it holds in flight
 	who   string     // whose deny cache entries a settlement clears
 	id    string
+	n     int          // the units it was admitted for
 	cost  atomic.Int64 // the units recorded, as last settled
 	// lo and hi bound the units an exact log may hold for it: cost, unless
 	// a settle failed after its script may have run (a lost reply), which

@@ -141,7 +141,7 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 	}
 	// One call, whatever the correction: no log's work grows with it.
 	lo, hi := int(a.lo.Load()), int(a.hi.Load())
-	args := a.set.plan.SettleArgs(a.id, a.at.UnixMicro(), lo, hi, cost, lease, from.now(), shift)
+	args := a.set.plan.SettleArgs(a.id, a.at.UnixMicro(), a.n, lo, hi, cost, lease, from.now(), shift)
 	var leases, missed int
 	// On the client that recorded it, within this limiter's own timeout:
 	// the call is l's, whatever limiter admitted the request.

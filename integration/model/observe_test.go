@@ -409,9 +409,10 @@ func (g *slog) holdsStored(ss *storedStep, a, b time.Time) string {
 // holdsIDs compares the stepped log's ids with what Redis holds of them:
 // "each request the log counts is its 8-byte id, scored with the µs it was
 // admitted at (the start of its bucket if it went to a later one)", "A
-// request of a cost other than 1 has a second member, id .. "$", scored -3
-// - cost", and "the set holds "#", scored -1, so that it lives, and
-// expires, with the log". A synthetic id is matched by its score and cost.
+// request settled to a cost other than the one it was admitted for ... has
+// a second member, id .. "$", scored -3 - cost", and "the set holds "#",
+// scored -1, so that it lives, and expires, with the log". A synthetic id
+// is matched by its score and its cost member.
 func (g *slog) holdsIDs(ss *storedStep, a, b time.Time) string {
 	if len(ss.ids) == 0 {
 		return "it has no ids, not even \"#\""
@@ -438,19 +439,27 @@ func (g *slog) holdsIDs(ss *storedStep, a, b time.Time) string {
 	if len(scores) != len(g.ids) {
 		return fmt.Sprintf("its ids hold %d requests, want %d", len(scores), len(g.ids))
 	}
-	anon := map[[2]int64]int{} // (score, units) of the synthetic ids
+	// A cost member, if any: its units, else -1.
+	costOf := func(sl slot) int64 {
+		if sl.units == sl.n {
+			return -1
+		}
+		return sl.units
+	}
+	anon := map[[2]int64]int{} // (score, cost member) of the synthetic ids
 	for _, sl := range g.ids {
 		if sl.anon {
-			anon[[2]int64{sl.at, sl.units}]++
+			anon[[2]int64{sl.at, costOf(sl)}]++
 			continue
 		}
 		at, ok := scores[sl.id]
 		units, costed := costs[sl.id]
 		if !costed {
-			units = 1
+			units = -1
 		}
-		if !ok || at != sl.at || units != sl.units {
-			return fmt.Sprintf("its id %x is held %v at %d with %d units, want at %d with %d", sl.id, ok, at, units, sl.at, sl.units)
+		if !ok || at != sl.at || units != costOf(sl) {
+			return fmt.Sprintf("its id %x is held %v at %d with a cost of %d (-1: none), want at %d with %d (admitted for %d, now %d units)",
+				sl.id, ok, at, units, sl.at, costOf(sl), sl.n, sl.units)
 		}
 		delete(scores, sl.id)
 		delete(costs, sl.id)
@@ -458,14 +467,14 @@ func (g *slog) holdsIDs(ss *storedStep, a, b time.Time) string {
 	for name, at := range scores {
 		units, costed := costs[name]
 		if !costed {
-			units = 1
+			units = -1
 		}
 		delete(costs, name)
 		if k := [2]int64{at, units}; anon[k] > 0 {
 			anon[k]--
 			continue
 		}
-		return fmt.Sprintf("its ids hold %x at %d with %d units, which the model does not", name, at, units)
+		return fmt.Sprintf("its ids hold %x at %d with a cost of %d (-1: none), which the model does not", name, at, units)
 	}
 	if len(costs) > 0 {
 		return fmt.Sprintf("its ids hold %d costs of no request", len(costs))

@@ -71,6 +71,7 @@ type slot struct {
 	anon  bool  // id is synthetic: Redis holds a random one
 	at    int64 // its score: when it was admitted, µs (test clock), or its bucket's start if later
 	units int64
+	n     int64 // the units it was admitted for
 }
 
 // slog is one state of a stepped log and its ids.
@@ -900,7 +901,7 @@ func (g *slog) finish(c call, r *sread, admit bool) {
 			g.n = r.bucket
 		}
 		g.t += int64(c.cost)
-		g.ids = append(g.ids, slot{id: c.id, anon: c.anon, at: max(c.now, r.bucket*g.step), units: int64(c.cost)})
+		g.ids = append(g.ids, slot{id: c.id, anon: c.anon, at: max(c.now, r.bucket*g.step), units: int64(c.cost), n: int64(c.cost)})
 		if 16*c.now >= g.due16 && g.sweep(c.now-hz) {
 			g.due16 = 16*c.now + hz
 		}

@@ -220,14 +220,14 @@ const (
 )
 
 // SettleArgs returns the settle script's ARGV correcting the request id,
-// admitted at µs at (on the clock of clock, as the caller knows it) and
-// recorded under p at lo to hi units (one cost, unless a settle whose
-// reply was lost may have run), to cost (below 0: left as it is), with
+// admitted at µs at (on the clock of clock, as the caller knows it) for n
+// units and recorded under p at lo to hi units (one cost, unless a settle
+// whose reply was lost may have run), to cost (below 0: left as it is), with
 // lease, LeaseKeep, LeaseRelease or the µs to renew its leases for, from
 // clock (µs as decimal digits, or "" for Redis TIME), and moving its units
 // later by shift µs.
-func (p *Plan) SettleArgs(id string, at int64, lo, hi, cost int, lease, clock string, shift int64) []any {
-	args := make([]any, 0, 7+len(p.parts))
+func (p *Plan) SettleArgs(id string, at int64, n, lo, hi, cost int, lease, clock string, shift int64) []any {
+	args := make([]any, 0, 8+len(p.parts))
 	to := ""
 	if cost >= 0 {
 		to = strconv.Itoa(cost)
@@ -236,7 +236,7 @@ func (p *Plan) SettleArgs(id string, at int64, lo, hi, cost int, lease, clock st
 	if lo != hi {
 		recorded = strconv.Itoa(lo) + ":" + strconv.Itoa(hi)
 	}
-	args = append(args, id, recorded, to, lease, clock, shift, at)
+	args = append(args, id, recorded, to, lease, clock, shift, at, n)
 	for i, part := range p.parts {
 		if part.IDs {
 			continue // settle.lua takes a stepped log's ids with it

@@ -48,12 +48,13 @@ type harness struct {
 	log    string // the identity's exact log; stepped logs are named after it
 	now    int64  // µs
 	script *redis.Script
+	costs  map[string]int // the cost each id was admitted for
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	rdb := redistest.Client(t)
-	return &harness{t: t, rdb: rdb, log: redistest.Prefix(t) + "{id}", now: time.Now().UnixMicro(), script: strict}
+	return &harness{t: t, rdb: rdb, log: redistest.Prefix(t) + "{id}", now: time.Now().UnixMicro(), script: strict, costs: map[string]int{}}
 }
 
 // keys returns the keys of plan p's decisions.
@@ -95,6 +96,9 @@ func (h *harness) decide(p *Plan, cost int, id string) (allowed, duplicate bool,
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	if allowed && !duplicate && id != "" {
+		h.costs[id] = cost
+	}
 	return allowed, duplicate, st
 }
 
@@ -103,7 +107,7 @@ func (h *harness) decide(p *Plan, cost int, id string) (allowed, duplicate bool,
 // the request's first part held before.
 func (h *harness) settle(p *Plan, recorded, cost int, id, lease string) int64 {
 	h.t.Helper()
-	reply, err := strictSettle.Run(h.t.Context(), h.rdb, h.keys(p), p.SettleArgs(id, h.now, recorded, recorded, cost, lease, strconv.FormatInt(h.now, 10), 0)...).Int64Slice()
+	reply, err := strictSettle.Run(h.t.Context(), h.rdb, h.keys(p), p.SettleArgs(id, h.now, h.costs[id], recorded, recorded, cost, lease, strconv.FormatInt(h.now, 10), 0)...).Int64Slice()
 	if err != nil {
 		h.t.Fatalf("settle(%x): %v", id, err)
 	}
@@ -917,7 +921,7 @@ func TestTheNewestBucketCountsInTheHeader(t *testing.T) {
 	// its units later by shift.
 	settle := func(id string, recorded, cost int, shift int64, from int64) {
 		t.Helper()
-		args := p.SettleArgs(id, h.now, recorded, recorded, cost, "", strconv.FormatInt(h.now, 10), shift)
+		args := p.SettleArgs(id, h.now, h.costs[id], recorded, recorded, cost, "", strconv.FormatInt(h.now, 10), shift)
 		if _, err := strictSettle.Run(t.Context(), h.rdb, h.keys(p), args...).Int64Slice(); err != nil {
 			t.Fatalf("settle: %v", err)
 		}
@@ -982,7 +986,7 @@ func TestAShiftBeyondNowStaysInTheRing(t *testing.T) {
 	at := func(ms int64) { h.now = start + ms*step }
 	shift := func(id string, ms int64) {
 		t.Helper()
-		args := p.SettleArgs(id, h.now, 1, 1, -1, LeaseKeep, strconv.FormatInt(h.now, 10), ms*step)
+		args := p.SettleArgs(id, h.now, 1, 1, 1, -1, LeaseKeep, strconv.FormatInt(h.now, 10), ms*step)
 		if _, err := strictSettle.Run(t.Context(), h.rdb, h.keys(p), args...).Int64Slice(); err != nil {
 			t.Fatalf("shift: %v", err)
 		}

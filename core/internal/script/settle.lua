@@ -25,7 +25,9 @@
 --              ARGV[5], as the caller knows it): a stepped log that no
 --              longer holds its id judges by it whether it forgot the id
 --              for its age while its units still count.
--- ARGV[7+i]    the i-th part's step: 0 for an exact log, above 0 for a
+-- ARGV[8]      the cost the request was admitted for, which a stepped log
+--              holds it at unless it keeps another (stepped.lua).
+-- ARGV[8+i]    the i-th part's step: 0 for an exact log, above 0 for a
 --              stepped log, -1 for an in-flight log; followed by "r" for a
 --              log that counts requests, one each, rather than their cost,
 --              and for an in-flight log by ":" and the lease its request
@@ -70,9 +72,9 @@ local function live(key, ms)
   end
 end
 
-local admitted = tonumber(ARGV[7])
+local admitted, cost0 = tonumber(ARGV[7]), tonumber(ARGV[8])
 local k = 0
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   k = k + 1
   local key, spec = KEYS[k], ARGV[i]
   local lo, old = string.match(ARGV[2], '^(%d+):(%d+)$')
@@ -83,8 +85,9 @@ for i = 8, #ARGV do
     lo = old
   end
   local new = tonumber(ARGV[3])
+  local c0 = cost0 -- what it was admitted for, here
   if string.byte(spec, -1) == 114 then -- "r": one unit a request, refunded only
-    spec, old, lo = string.sub(spec, 1, -2), 1, 1
+    spec, old, lo, c0 = string.sub(spec, 1, -2), 1, 1, 1
     if new ~= 0 then
       new = nil
     end
@@ -162,7 +165,8 @@ for i = 8, #ARGV do
   elseif step > 0 then
     -- The request is its id among the log's ids, scored with the µs of
     -- its admission (its bucket's), and its cost the score of id .. "$"
-    -- if not 1 (stepped.lua).
+    -- once settled to another than it was admitted for (stepped.lua).
+
     local ids = KEYS[k + 1]
     k = k + 1
     local h = call('GETRANGE', key, '0', HDR_LAST)
@@ -174,7 +178,7 @@ for i = 8, #ARGV do
     local had = 0
     if s then
       had = call('ZSCORE', ids, id .. '$')
-      had = had and -3 - had or 1
+      had = had and -3 - had or c0
     elseif t > 0 and admitted then
       -- Not held: forgotten for its age (older than the horizon) while
       -- the history the log counts still holds its bucket?
@@ -210,7 +214,7 @@ for i = 8, #ARGV do
       if new and new ~= had then
         if new == 0 then
           call('ZREM', ids, id, id .. '$')
-        elseif new == 1 then
+        elseif new == c0 then
           call('ZREM', ids, id .. '$')
         else
           call('ZADD', ids, string.format('%d', -3 - new), id .. '$')

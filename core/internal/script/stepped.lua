@@ -33,10 +33,11 @@
 -- that a retried call is found and counts once, and a settlement finds the
 -- request's bucket, by time rather than by how many came since: an id is
 -- kept for H = min(W, HORIZON) after its admission, whatever the identity
--- admits meanwhile. A request of a cost other than 1 has a second member,
--- id .. "$", scored -3 - cost (as in exact.lua), so that a settlement knows
--- what the log holds for it; and the set holds "#", scored -1, so that it
--- lives, and expires, with the log. An admission from D on sweeps the ids
+-- admits meanwhile. A request settled to a cost other than the one it was
+-- admitted for (which its settlements name) has a second member, id ..
+-- "$", scored -3 - cost (as in exact.lua), so that a later settlement knows
+-- what the log holds for it whatever came before; and the set holds "#",
+-- scored -1, so that it lives, and expires, with the log. An admission from D on sweeps the ids
 -- older than H, the oldest SWEEP at a time and whole instants (D stays due
 -- while more may be left); once it swept them all D is H/16 later, so that
 -- a sweep comes once every H/16, or every admission while a backlog lasts:
@@ -227,8 +228,6 @@ stepped = function(key, ids, step, cost, id, now, x, nlim, q1, w1, out, o, part)
       -- Its id was there (a part's is looked for before): a retried call,
       -- which records nothing.
       admit, duplicate = false, true
-    elseif cost ~= 1 then
-      call('ZADD', ids, string.format('%d', -3 - cost), id .. '$')
     end
   end
   if admit or id ~= '' and grow and not new then
