@@ -542,7 +542,7 @@ func TestIDsSharingTheirEnds(t *testing.T) {
 		p := NewPlan(limits)
 		last := len(limits) - 1
 		// "XY" twice, then "YX", which the first two straddle, and one
-		// id of one byte, then one of two equal to a fingerprint.
+		// id of one byte, then one of two equal to the others' ends.
 		ids := []string{"aaaaaaXY", "bbbbbbXY", "ccccccYX", "Y", "XY"}
 		for i, id := range ids {
 			ok, dup, st := h.decide(p, 1, id)
@@ -557,7 +557,7 @@ func TestIDsSharingTheirEnds(t *testing.T) {
 			}
 		}
 		if ok, dup, _ := h.decide(p, 1, "ddddddXY"); !ok || dup {
-			t.Fatalf("%d limits: a fresh id of a known fingerprint = allowed %v, retried %v; want a fresh admission", len(limits), ok, dup)
+			t.Fatalf("%d limits: a fresh id ending as others do = allowed %v, retried %v; want a fresh admission", len(limits), ok, dup)
 		}
 	}
 }
