@@ -893,3 +893,22 @@ func TestReplayARefundAfterErrPastHorizonIsNil(t *testing.T) {
 		refundOp{Of: "r1+.0", Via: 2},
 	})
 }
+
+// TestReplayAPeekThatEvictsACostKeepsTheRecordsQuota: a peek under a plan
+// of a larger quota than the exact log's record, whose eviction drops a
+// request of another cost than 1 (so it writes the record's X and H),
+// wrote the record with its own larger quota, where a peek records
+// nothing; the log then kept more than its limits need.
+func TestReplayAPeekThatEvictsACostKeepsTheRecordsQuota(t *testing.T) {
+	replay(t, "sequential/standalone", []limiterSpec{
+		{Process: 0, Limits: plan{slidelimit.Per(3, time.Second), slidelimit.Per(20, time.Minute)}, Timeout: 10 * time.Second, Policy: slidelimit.FailOpen, Shadow: true},
+		{Process: 1, Limits: plan{slidelimit.Per(200, time.Minute).Stepped(time.Second)}, Timeout: 20 * time.Millisecond, Policy: slidelimit.FailClosed},
+		{Process: 0, Limits: plan{slidelimit.Per(10, time.Minute), slidelimit.Per(20, time.Minute)}, Timeout: 10 * time.Second, Policy: slidelimit.FailClosed},
+	}, []op{
+		allowOp{Lim: 1, Who: "a", Cost: 3, Plan: plan{slidelimit.Per(2000, time.Minute), slidelimit.Per(3, time.Second), slidelimit.Per(600, time.Minute)}, Req: "r2", ID: true},
+		resetOp{Lim: 2, Who: "a"},
+		allowOp{Lim: 2, Who: "a", Cost: 10, Req: "r6"},
+		advanceOp{D: 24 * time.Hour},
+		settleOp{Of: "r2", Via: 2, Kind: "refund"},
+	})
+}

@@ -192,6 +192,10 @@ end
 exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, part)
   local grow, w, q, e, xs, h, t, nrec, rec, n = false, 0, 0, 0, 0, 0, false, 0, false, 0
   local admit, allowed, duplicate, dirty = false, false, false, false
+  -- W and Q as the record holds them: a peek writes the record (when its
+  -- eviction changed X or H) with them, for a peek records nothing, not
+  -- even a longer window or a larger quota of its own.
+  local rw, rq
   if part and part.admit ~= nil then
     grow, w, q, e, xs, h, t, nrec, rec, n = part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8], part[9], part[10]
     admit, allowed = part.admit, part.allowed
@@ -204,6 +208,7 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
     local mine = nlim == 1 and q1 > 0 and '#e' .. ARGV[x + 1] .. ':' .. ARGV[x] .. ':'
     if m and mine and string.find(m, mine, 1, true) == 1 then
       w, q, nrec, rec = w1, q1, 1, m
+      rw, rq = w, q
       if #m == #mine + 13 then
         e = string.sub(m, #mine + 1) + 0
       else
@@ -223,6 +228,7 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
           end
         end
       end
+      rw, rq = w, q
       for i = 1, nlim do
         local qi, wi = q1, w1
         if i > 1 then
@@ -274,7 +280,11 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
       -- A part writes its record now, before another part's key is read,
       -- so that nothing can fail between the eviction and the record;
       -- alone, it goes with the admission's.
-      rec, dirty = xh.rewrite(key, rec, xh.record(w, q, e, xs, h)), false
+      if id == '' then
+        rec, dirty = xh.rewrite(key, rec, xh.record(rw, rq, e, xs, h)), false
+      else
+        rec, dirty = xh.rewrite(key, rec, xh.record(w, q, e, xs, h)), false
+      end
     end
     n = call('ZCARD', key) - nrec - h + xs
     local fits = true
@@ -347,7 +357,9 @@ exact = function(key, cost, id, now, score, newest, x, nlim, q1, w1, out, o, par
       t, xs, h, dirty = tt, xs + dx, h + dh, true
     end
   end
-  if dirty then
+  if dirty and id == '' and rw then
+    xh.rewrite(key, rec, xh.record(rw, rq, e, xs, h))
+  elseif dirty then
     xh.rewrite(key, rec, xh.record(w, q, e, xs, h))
   end
   if life then
