@@ -2,6 +2,7 @@ package slidelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -128,6 +129,21 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 	if a.from == nil {
 		return nil
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.from.replay.cancel(a) // this settlement supersedes one kept to retry
+	err := l.run(ctx, a, cost, lease, shift, what)
+	if err != nil && what != "renew" && errors.Is(err, ErrUnavailable) {
+		// Kept and retried until it lands or the request has left its
+		// windows (replay.go); a renewal that came too late is moot.
+		a.from.replay.keep(a.from, a, replay{via: l, cost: cost, lease: lease, shift: shift, what: what, until: a.until})
+	}
+	return err
+}
+
+// run runs the settle script once for the request a admitted, as settle
+// describes, on the client that recorded it. The caller holds a.mu.
+func (l *Limiter) run(ctx context.Context, a *admission, cost int, lease string, shift int64, what string) error {
 	from := a.from
 	recorded := int(a.cost.Load())
 	if cost >= 0 && cost < recorded {
