@@ -3,90 +3,133 @@ package slidelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/slidelimit/slidelimit/core/internal/script"
 )
 
-// A settlement (Settle, Refund, Release or Shift) that fails because Redis
-// cannot take it is kept and retried in the background, so that an outage
-// does not strand a reservation (an estimate never settled keeps its whole
-// cost for its window) or a place in flight (held until its lease ends).
-// The limiter that recorded the request keeps it, the newest settlement of
-// each request only (one made later supersedes it, whether it lands or not,
-// so an older target never lands after a newer one), and retries it until
-// it lands or the request has left every window it counts in, when it no
-// longer matters. At most maxReplays wait at once; one past that is
-// dropped. Each outcome is counted and logged once an episode ends. A
-// process that exits meanwhile loses what it kept: those requests keep
-// their recorded cost until their windows pass, and their places until
-// their leases end, as before.
+// A Settle, Refund or Release that fails with ErrUnavailable is kept by the
+// limiter that admitted the request and retried until it lands or the
+// request has left every window and lease it counts in (see Settle and
+// "Settlements across an outage" in the README). This file is that queue:
+// one kept settlement per request, at most maxReplays of them, retried in
+// the background (run) or at once (FlushSettlements).
 
 // maxReplays is how many settlements a limiter keeps to retry at once:
-// about 200 bytes each, so at most about 2 MB.
+// about 200 bytes each, so at most about 2 MB. One more is dropped and
+// counted.
 const maxReplays = 10_000
 
 // Replay pacing: the first retry comes replayFirst after a failure, each
-// next one twice as late, up to replayMost.
+// next one twice as late, up to replayMost; a settlement that lands brings
+// the next retry back to replayFirst.
 const (
 	replayFirst = 100 * time.Millisecond
 	replayMost  = 5 * time.Second
 )
 
-// replay is one settlement to retry: settle's arguments.
+// replay is one kept settlement: what settle runs again.
 type replay struct {
-	gen   uint64   // which settlement this is, among those kept
-	via   *Limiter // the limiter it was called on, whose timeout it runs within
-	cost  int
-	lease string
-	shift int64
-	what  string
-	until time.Time // when the request has left every window it counts in
+	via  *Limiter // the limiter it was called on, within whose timeout it runs
+	cost int      // the cost to settle to; below 0: left as it is (a Release)
+	what string   // "settle", "refund" or "release", for errors
 }
 
-// replays is a limiter's settlements to retry. It is safe for concurrent
-// use.
+// kept reports whether a settlement named what is kept when it fails with
+// ErrUnavailable: Settle, Refund and Release. A Renew that comes too late
+// is moot, and a Shift is not safe to run twice (one whose reply was lost
+// would move the request twice).
+func kept(what string) bool {
+	return what == "settle" || what == "refund" || what == "release"
+}
+
+// merge returns the settlement that carries both rp, kept, and a newer one
+// of the same request to cost (below 0: none) named what: the newer cost
+// if it names one, else the kept one; every kept settlement releases.
+func (rp replay) merge(via *Limiter, cost int, what string) replay {
+	if cost < 0 {
+		cost = rp.cost
+	}
+	return replay{via: via, cost: cost, what: what}
+}
+
+// replays is a limiter's kept settlements. It is safe for concurrent use.
+// Lock order: an admission's mu, then replays.mu.
 type replays struct {
 	mu      sync.Mutex
 	waiting map[*admission]replay
-	gen     uint64 // the last replay's gen
-	running bool   // a goroutine retries them
+	running bool // a goroutine retries them (run)
+	open    bool // something was kept or dropped since the last report
 
-	// Counts since the last report: landed, left every window first,
-	// dropped for want of room.
+	// What came of the settlements kept since the last report: landed
+	// (retried, or carried by a newer settlement of the request), left
+	// every window first, dropped for want of room.
 	landed, expired, dropped int64
 }
 
-// keep keeps rp for the request a, in place of any it kept for a, and
-// starts retrying if nothing does. l is the limiter that recorded it.
+// take removes and returns what is kept for a: a newer settlement of a
+// takes it over. The caller holds a.mu.
+func (q *replays) take(a *admission) (replay, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	rp, ok := q.waiting[a]
+	if ok {
+		delete(q.waiting, a)
+	}
+	return rp, ok
+}
+
+// keep keeps rp for a, which the limiter l admitted, and starts retrying
+// if nothing does; one past maxReplays is dropped. The caller holds a.mu.
 func (q *replays) keep(l *Limiter, a *admission, rp replay) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.waiting == nil {
-		q.waiting = map[*admission]replay{}
+	if !q.open && l.outage.log != nil {
+		l.outage.log.Warn("slidelimit: settlements Redis could not take are kept and retried until they land or their requests leave their windows",
+			"op", rp.what)
 	}
-	if _, ok := q.waiting[a]; !ok && len(q.waiting) >= maxReplays {
+	q.open = true
+	if len(q.waiting) >= maxReplays {
 		q.dropped++
 		return
 	}
-	q.gen++
-	rp.gen = q.gen
+	if q.waiting == nil {
+		q.waiting = map[*admission]replay{}
+	}
 	q.waiting[a] = rp
 	if !q.running {
 		q.running = true
-		if l.outage.log != nil {
-			l.outage.log.Warn("slidelimit: a settlement Redis could not take is kept and retried until it lands or its request leaves its windows",
-				"op", rp.what)
-		}
 		go q.run(l)
 	}
 }
 
-// cancel forgets what it kept for a: a newer settlement of a supersedes
-// it. The caller holds a.mu.
-func (q *replays) cancel(a *admission) {
+// landedNow counts a kept settlement that a newer settlement of its
+// request carried, and reports if none is left.
+func (q *replays) landedNow(l *Limiter) {
 	q.mu.Lock()
-	delete(q.waiting, a)
+	q.landed++
+	report := q.drained()
 	q.mu.Unlock()
+	report(l)
+}
+
+// drained returns what reports the counts if nothing is kept any more
+// and something was since the last report, and resets them; else a func
+// that does nothing. The caller holds q.mu and calls it after unlocking.
+func (q *replays) drained() func(*Limiter) {
+	if len(q.waiting) > 0 || !q.open {
+		return func(*Limiter) {}
+	}
+	landed, expired, dropped := q.landed, q.expired, q.dropped
+	q.landed, q.expired, q.dropped, q.open = 0, 0, 0, false
+	return func(l *Limiter) {
+		if l.outage.log != nil {
+			l.outage.log.Info("slidelimit: the settlements Redis could not take are settled",
+				"landed", landed, "left_their_windows", expired, "dropped", dropped)
+		}
+	}
 }
 
 // pending returns how many settlements wait to be retried.
@@ -96,68 +139,118 @@ func (q *replays) pending() int {
 	return len(q.waiting)
 }
 
-// run retries the settlements l keeps until none is left, then reports
-// what came of them and returns.
+// run retries the settlements l keeps, paced, until none is left.
 func (q *replays) run(l *Limiter) {
 	wait := replayFirst
+	t := time.NewTimer(wait)
+	defer t.Stop()
 	for {
-		time.Sleep(wait)
-		wait = min(2*wait, replayMost)
-		q.mu.Lock()
-		todo := make(map[*admission]replay, len(q.waiting))
-		for a, rp := range q.waiting {
-			todo[a] = rp
-		}
-		q.mu.Unlock()
-		for a, rp := range todo {
-			if q.retry(a, rp) {
-				wait = replayFirst // Redis answers again: the rest soon
-			}
-		}
+		<-t.C
+		landed, _ := q.round(context.Background(), l)
 		q.mu.Lock()
 		if len(q.waiting) == 0 {
 			q.running = false
-			landed, expired, dropped := q.landed, q.expired, q.dropped
-			q.landed, q.expired, q.dropped = 0, 0, 0
 			q.mu.Unlock()
-			if l.outage.log != nil {
-				l.outage.log.Info("slidelimit: the settlements Redis could not take are settled",
-					"landed", landed, "left_their_windows", expired, "dropped", dropped)
-			}
 			return
 		}
 		q.mu.Unlock()
+		wait = min(2*wait, replayMost)
+		if landed {
+			wait = replayFirst // Redis answers again: the rest soon
+		}
+		t.Reset(wait)
 	}
 }
 
-// retry runs rp once if it is still the one kept for a, and reports
-// whether it landed.
-func (q *replays) retry(a *admission, rp replay) bool {
+// round tries each kept settlement once, and stops at the first that
+// Redis cannot take (it is still unavailable). It reports whether one
+// landed, and the first failure.
+func (q *replays) round(ctx context.Context, l *Limiter) (landed bool, err error) {
+	q.mu.Lock()
+	todo := make([]*admission, 0, len(q.waiting))
+	for a := range q.waiting {
+		todo = append(todo, a)
+	}
+	q.mu.Unlock()
+	for _, a := range todo {
+		ok, err := q.retry(ctx, l, a)
+		if err != nil {
+			return landed, err
+		}
+		landed = landed || ok
+	}
+	return landed, nil
+}
+
+// retry runs what is kept for a, if anything still is, and reports
+// whether it landed, or the ErrUnavailable that kept it. One whose request
+// has left every window and lease it counts in is dropped instead.
+func (q *replays) retry(ctx context.Context, l *Limiter, a *admission) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	q.mu.Lock()
-	if kept, ok := q.waiting[a]; !ok || kept.gen != rp.gen {
+	rp, ok := q.waiting[a]
+	if !ok {
 		q.mu.Unlock()
-		return false // superseded, or settled meanwhile
+		return false, nil // carried by a newer settlement, or retried meanwhile
 	}
-	if a.from.clockNow(time.Now()).After(rp.until) {
+	if l.clockNow(time.Now()).After(a.until) {
 		delete(q.waiting, a)
 		q.expired++
+		report := q.drained()
 		q.mu.Unlock()
-		return false
+		report(l)
+		return false, nil
 	}
 	q.mu.Unlock()
-	err := rp.via.run(context.Background(), a, rp.cost, rp.lease, rp.shift, rp.what)
+	err := rp.via.run(ctx, a, rp.cost, script.LeaseRelease, 0, rp.what)
 	if err != nil && errors.Is(err, ErrUnavailable) {
-		return false
+		return false, err
 	}
+	// Landed (ErrPastHorizon too: the script ran, and the limits that
+	// still knew the request took it).
 	q.mu.Lock()
-	if q.waiting[a].gen == rp.gen {
-		delete(q.waiting, a) // landed, or failed for good (another error)
+	delete(q.waiting, a)
+	q.landed++
+	report := q.drained()
+	q.mu.Unlock()
+	report(l)
+	return true, nil
+}
+
+// FlushSettlements retries at once the settlements l keeps (see Settle: a
+// Settle, Refund or Release of a request l admitted that failed with
+// ErrUnavailable is kept and retried in the background), and again every
+// 100 ms until none is left or ctx ends. Call it before a process exits,
+// with a deadline, so that what an outage left pending lands if Redis
+// answers again in time: whatever is still kept when the process exits is
+// lost, and those requests keep their recorded cost until their windows
+// pass, and their places in flight until their leases end.
+//
+// It returns nil once l keeps nothing, at once if it kept nothing. If ctx
+// ends first, the error wraps ErrUnavailable and ctx's error, and says how
+// many are still kept; the background retries go on. It is safe for
+// concurrent use.
+func (l *Limiter) FlushSettlements(ctx context.Context) error {
+	t := time.NewTimer(replayFirst)
+	defer t.Stop()
+	for {
+		_, err := l.replay.round(ctx, l)
+		n := l.replay.pending()
+		if n == 0 {
+			return nil
+		}
+		if err == nil && ctx.Err() == nil {
+			continue // more were kept meanwhile: try them too
+		}
 		if err == nil {
-			q.landed++
+			err = ctx.Err()
+		}
+		t.Reset(replayFirst)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %d settlements still kept to retry: %w (last: %w)", ErrUnavailable, n, context.Cause(ctx), err)
+		case <-t.C:
 		}
 	}
-	q.mu.Unlock()
-	return err == nil
 }
