@@ -203,6 +203,13 @@ func (q *replays) retry(ctx context.Context, l *Limiter, a *admission) (bool, er
 		return false, nil
 	}
 	q.mu.Unlock()
+	if _, ok := ctx.Deadline(); !ok && rp.via.cfg.timeout == 0 {
+		// A limiter without a timeout leaves it to the caller's context:
+		// a retry of its own gives up as late as it would wait.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, replayMost)
+		defer cancel()
+	}
 	err := rp.via.run(ctx, a, rp.cost, script.LeaseRelease, 0, rp.what)
 	if err != nil && errors.Is(err, ErrUnavailable) {
 		return false, err
