@@ -108,8 +108,6 @@ func (o settleRoundOp) run(h *harness) {
 		if err := trials[i].err; err != nil && !isUnavailable(err) {
 			h.fail(kindSettle, "%s: %s = %v, want nil or an error wrapping ErrUnavailable", it, it.Kind, err)
 			return
-		} else if err != nil {
-			h.hist.kept++ // kept and retried in the background
 		}
 		h.hist.settles[it.Of] = append(h.hist.settles[it.Of], trials[i])
 		h.hist.judged[it.Kind+"s"]++

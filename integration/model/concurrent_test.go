@@ -75,7 +75,6 @@ type history struct {
 	refunded map[string]bool          // logical requests refunded
 	settles  map[string][]settleTrial // logical requests settled, released or refunded by settleRoundOp
 	judged   map[string]int           // what the invariants judged, by kind, for the mode's tally
-	kept     int                      // settlements that failed with ErrUnavailable, each of which a limiter may have kept
 }
 
 func newHistory(h *harness) *history {

@@ -90,6 +90,7 @@ type harness struct {
 	kept       map[string]*keptSettle
 	replayWant []replayCount
 	replayLogs []*replayLog
+	waited     bool // a Wait ran: it refunds on its own, which the limiter may keep
 
 	failure string // the first failure's kind; "" while none
 	detail  string
@@ -1121,6 +1122,7 @@ func (o waitOp) String() string {
 func (o waitOp) run(h *harness) {
 	now := h.clock.freeze()
 	defer h.clock.unfreeze()
+	defer h.afterWait(now)
 	c := allowOp{Lim: o.Lim, Who: o.Who, Cost: o.Cost, Req: o.Req, ID: o.ID}
 	ctx, cancel := context.WithTimeout(callCtx(context.Background(), o.Req, o.ID), o.D)
 	defer cancel()
@@ -1274,6 +1276,7 @@ func (o waitRaceOp) run(h *harness) {
 	defer func() { h.together = false }()
 	now := h.clock.freeze()
 	defer h.clock.unfreeze()
+	defer h.afterWait(now)
 	if !h.reach() {
 		return
 	}
