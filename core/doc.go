@@ -85,6 +85,10 @@
 //	… // if res.Allowed, serve the request
 //	err = lim.Settle(ctx, res, usage.TotalTokens) // and release its place
 //
+// A Settle, Refund or Release that fails because Redis is unavailable is
+// kept and retried until it lands or its request has left its windows;
+// call FlushSettlements before the process exits, which would lose them.
+//
 // AllowTree decides the levels of one tenant (organisation, team, API key)
 // in one call on the tenant's slot: a denial at any level takes nothing at
 // the others. A limit marked Shadowed is counted and reported but never

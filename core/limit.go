@@ -244,10 +244,11 @@ func (l Limit) windowSeconds() int64 {
 type limitSet struct {
 	limits   []Limit
 	plan     *script.Plan
-	minQuota int      // the largest cost a request may have: every enforced limit of units admits it
-	sig      string   // the limits, each name, quota, window and step: the same for equal sets
-	levels   []int    // levels[i]: the level limit i counts, for a tenant's tree; nil: all 0
-	suffixes []string // suffixes[i]: what follows its level's log key in the key of part i of plan (partSuffix), made once
+	minQuota int           // the largest cost a request may have: every enforced limit of units admits it
+	span     time.Duration // how long a request counts in any of its limits: the longest Window, with its Step if stepped
+	sig      string        // the limits, each name, quota, window and step: the same for equal sets
+	levels   []int         // levels[i]: the level limit i counts, for a tenant's tree; nil: all 0
+	suffixes []string      // suffixes[i]: what follows its level's log key in the key of part i of plan (partSuffix), made once
 }
 
 // newLimitSet validates limits: each must be valid, and their names
@@ -286,6 +287,7 @@ func compileSet(limits []Limit, levels []int) (limitSet, error) {
 		if !lim.InFlight && !lim.Shadow && !lim.Requests {
 			s.minQuota = min(s.minQuota, lim.Quota)
 		}
+		s.span = max(s.span, lim.Window+lim.Resolution())
 	}
 	s.plan = script.NewPlan(compiled)
 	for _, p := range s.plan.Parts() {

@@ -41,6 +41,7 @@ type Limiter struct {
 	// pastHorizon counts the settlements that came after a stepped limit
 	// forgot their request (ErrPastHorizon).
 	pastHorizon atomic.Int64
+	replay      replays // settlements Redis could not take, to retry (replay.go)
 }
 
 // New returns a Limiter that enforces limit, and any limits added by
@@ -221,7 +222,8 @@ func (l *Limiter) decide(ctx context.Context, who string, stems, names []string,
 	case err != nil:
 		res, err = l.fallback(stems, names, n, id, set, err)
 	case res.Allowed && id != "":
-		res.d.admitted = admission{from: l, who: who, id: id, n: n, set: set, keys: keys, at: l.clockNow(time.Now())}
+		at := l.clockNow(time.Now())
+		res.d.admitted = admission{from: l, who: who, id: id, n: n, set: set, keys: keys, at: at, until: at.Add(set.span)}
 		res.d.admitted.cost.Store(int64(n))
 		res.d.admitted.lo.Store(int64(n))
 		res.d.admitted.hi.Store(int64(n))

@@ -199,7 +199,10 @@ func WithObserver(observe Observer) Option {
 // WithLogger sets where the limiter reports its outages: when Redis stops
 // deciding and the FailurePolicy takes over (one warning, with the first
 // error), and when Redis decides again (one line, with how many decisions
-// the policy made and for how long). Nothing is logged per call: every
+// the policy made and for how long); and likewise the settlements it
+// keeps to retry (see Limiter.Settle): once when it first keeps one, and
+// once none is left, with how many landed, left their windows first or
+// were dropped. Nothing is logged per call: every
 // call's error still goes to its caller, and to the adapters' error hooks.
 // The default is slog.Default(); nil reports nothing.
 func WithLogger(logger *slog.Logger) Option {

@@ -1,6 +1,7 @@
 package slidelimit
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -127,4 +128,12 @@ type admission struct {
 	set    *limitSet // the limits that admitted it
 	keys   []string  // the keys it was decided on
 	at     time.Time // when it was decided, on the limiter's clock (clockNow)
+	// until is when it has left every window and lease it counts in, on
+	// the limiter's clock: at and its longest window (and step), moved
+	// later by a Shift or a Renew that landed. A settlement kept to retry
+	// (replay.go) is dropped then. Guarded by mu.
+	until time.Time
+	// mu orders its settlements: one runs at a time, and a newer one
+	// supersedes one kept to retry.
+	mu sync.Mutex
 }

@@ -2,6 +2,7 @@ package slidelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,6 +36,21 @@ import (
 // left, and the next settle corrects from either. A request that is never
 // settled keeps its estimate, which it was admitted for; its places in
 // flight end with their lease.
+//
+// A Settle, Refund or Release that fails with ErrUnavailable is not lost:
+// the limiter that admitted the request keeps it, the newest of each
+// request only, and retries it in the background (from 100 ms after the
+// failure, then twice as late each time, up to 5 s) until it lands or the
+// request has left every window and lease it counts in, when it no longer
+// matters. A later Settle, Refund or Release of the same Result carries
+// the kept one (its cost, unless it names one), so an older settlement
+// never lands after a newer one. At most 10,000 are kept per limiter; one
+// more is dropped. What came of them (landed, left their windows, dropped)
+// is logged once none is left (WithLogger). FlushSettlements lands them
+// at once, for a process about to exit: one that exits with settlements
+// still kept loses them, and their requests keep their recorded cost until
+// their windows pass and their places in flight until their leases end.
+//
 // Settling a Result that was not admitted, or was a Fallback, does
 // nothing; nor does a request the window has let go. A stepped limit finds
 // the request for the shorter of its window and 15 minutes after its
@@ -65,7 +81,8 @@ func (l *Limiter) Settle(ctx context.Context, r Result, actual int) error {
 // not refunded there, and Refund returns ErrPastHorizon. The Result knows the
 // limiter that recorded it, and so its keys: it is refunded where it was
 // recorded even if l is another limiter on the same client, within l's
-// own timeout (WithTimeout), as are Settle, Release, Renew and Shift.
+// own timeout (WithTimeout), as are Settle, Release, Renew and Shift. One
+// that fails with ErrUnavailable is kept and retried, as Settle says.
 // Errors wrap ErrUnavailable or ErrPastHorizon.
 func (l *Limiter) Refund(ctx context.Context, r Result) error {
 	return l.settle(ctx, r, 0, script.LeaseRelease, 0, "refund")
@@ -73,7 +90,10 @@ func (l *Limiter) Refund(ctx context.Context, r Result) error {
 
 // Release gives back the places an admitted request holds in flight
 // (InFlight limits), leaving its cost as it is. Releasing twice does
-// nothing. Errors wrap ErrUnavailable.
+// nothing. One that fails with ErrUnavailable is kept and retried, as
+// Settle says; one made while a Settle of the request is kept carries it,
+// and may then return ErrPastHorizon as that Settle would. Errors wrap
+// ErrUnavailable or ErrPastHorizon.
 func (l *Limiter) Release(ctx context.Context, r Result) error {
 	return l.settle(ctx, r, -1, script.LeaseRelease, 0, "release")
 }
@@ -84,7 +104,8 @@ func (l *Limiter) Release(ctx context.Context, r Result) error {
 // ones if it has none; see Limit.InFlight). A lease that ended already is not
 // renewed: Renew then returns an error wrapping ErrLeaseEnded, and the
 // request holds no place (another may have taken it). Errors wrap
-// ErrUnavailable otherwise.
+// ErrUnavailable otherwise; a Renew that fails is not kept to retry (one
+// that comes late is moot).
 func (l *Limiter) Renew(ctx context.Context, r Result) error {
 	if r.d == nil || r.d.admitted.set == nil {
 		return nil
@@ -105,7 +126,9 @@ func (l *Limiter) Renew(ctx context.Context, r Result) error {
 // request whose response comes late to when it came. An exact limit moves it
 // exactly; a stepped one by whole steps, rounded up, to no later than the
 // step after the one Shift is called in. d of zero or less, or a Result
-// not admitted, does nothing. Errors wrap ErrUnavailable or ErrPastHorizon.
+// not admitted, does nothing. Errors wrap ErrUnavailable or ErrPastHorizon;
+// a Shift that fails is not kept to retry, for one whose reply was lost
+// may have run, and a second would move the request twice.
 func (l *Limiter) Shift(ctx context.Context, r Result, d time.Duration) error {
 	if d <= 0 {
 		return nil
@@ -128,6 +151,59 @@ func (l *Limiter) settle(ctx context.Context, r Result, cost int, lease string, 
 	if a.from == nil {
 		return nil
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	from := a.from
+	switch {
+	case what == "renew":
+		// A renewed lease ends a lease from now: a settlement kept to
+		// retry is kept until then at least.
+		a.until = maxTime(a.until, from.clockNow(time.Now()).Add(leaseOf(a.set.limits)))
+	case what == "shift":
+		// Its units count later: by the shift, and a step more at most.
+		a.until = a.until.Add(time.Duration(shift)*time.Microsecond + longestStep(a.set.limits))
+	}
+	if !kept(what) {
+		return l.run(ctx, a, cost, lease, shift, what)
+	}
+	// A settlement kept to retry is carried by this newer one, which
+	// lands it or is kept in its place (replay.go): never one after the
+	// other.
+	rp := replay{via: l, cost: cost, what: what}
+	old, took := from.replay.take(a)
+	if took {
+		rp = old.merge(l, cost, what)
+	}
+	err := l.run(ctx, a, rp.cost, lease, shift, what)
+	switch {
+	case err != nil && errors.Is(err, ErrUnavailable):
+		from.replay.keep(from, a, rp)
+	case took:
+		from.replay.landedNow(from)
+	}
+	return err
+}
+
+// maxTime returns the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// longestStep returns the longest Step of limits (0: all exact).
+func longestStep(limits []Limit) time.Duration {
+	var step time.Duration
+	for _, l := range limits {
+		step = max(step, l.Resolution())
+	}
+	return step
+}
+
+// run runs the settle script once for the request a admitted, as settle
+// describes, on the client that recorded it. The caller holds a.mu.
+func (l *Limiter) run(ctx context.Context, a *admission, cost int, lease string, shift int64, what string) error {
 	from := a.from
 	recorded := int(a.cost.Load())
 	if cost >= 0 && cost < recorded {

@@ -180,13 +180,20 @@ func (o sleepOp) run(*harness)   { time.Sleep(o.D) }
 
 // refundPeekOp refunds the latest Result of call Of through limiter Via,
 // alone, between two Peeks under the call's limits: each limit the
-// request still surely counts in must have its units back.
+// request still surely counts in must have its units back. With Outage,
+// every process is cut off from Redis for the Refund, which fails, and
+// lands once the partition heals (FlushSettlements) before the second
+// Peek.
 type refundPeekOp struct {
-	Of  string
-	Via int
+	Of     string
+	Via    int
+	Outage bool
 }
 
 func (o refundPeekOp) String() string {
+	if o.Outage {
+		return fmt.Sprintf("refundPeekOp{Of: %q, Via: %d, Outage: true}", o.Of, o.Via)
+	}
 	return fmt.Sprintf("refundPeekOp{Of: %q, Via: %d}", o.Of, o.Via)
 }
 
@@ -223,7 +230,14 @@ func (o refundPeekOp) run(h *harness) {
 	lim := h.lims[o.Via]
 	limits := admitted.limits
 	before, err1 := lim.PeekLimits(context.Background(), rec.call.Who, limits...)
-	err2 := lim.Refund(context.Background(), r)
+	var err2 error
+	if o.Outage {
+		if err2 = h.outageRefund(o, lim, r); h.failure != "" {
+			return
+		}
+	} else {
+		err2 = lim.Refund(context.Background(), r)
+	}
 	after, err3 := lim.PeekLimits(context.Background(), rec.call.Who, limits...)
 	end := time.Now()
 	if err2 == nil {
@@ -556,5 +570,5 @@ func genRefundPeek(t *rapid.T, h *harness) op {
 	if !ok {
 		return genSleep(t)
 	}
-	return refundPeekOp{Of: of, Via: rapid.IntRange(0, len(h.lims)-1).Draw(t, "refund via")}
+	return refundPeekOp{Of: of, Via: rapid.IntRange(0, len(h.lims)-1).Draw(t, "refund via"), Outage: rapid.IntRange(0, 2).Draw(t, "refund across an outage") == 2}
 }

@@ -6,8 +6,10 @@
 // Peek, Settle, Refund, Release, Renew, Shift, Reset, retries with
 // ContextWithRequestID, Wait and WaitN with deadlines and cancellations,
 // Block) and the faults a deployment meets
-// (killed connections, a stalled or restarted Redis, a Cluster slot
-// migrated under traffic), and judges every answer against a reference
+// (killed connections, a stalled or restarted Redis, a partition of
+// every process from a Redis that keeps its data, with the settlements
+// kept across it landing when it heals, a Cluster slot migrated under
+// traffic), and judges every answer against a reference
 // model of the documented promises.
 //
 // It holds no library code: the checker is its tests. pgregory.net/rapid

@@ -32,6 +32,8 @@ type env struct {
 	healed  time.Time               // when Redis last came back or had its connections killed
 	mig     *migration              // the latest slot migration
 	watch   *keyWatch               // every script command's keys, judged
+	gate    *partition              // cuts the processes' clients off from Redis (replay_test.go)
+	reader  redis.UniversalClient   // the checker's own client of the limiters' keys, never cut off
 }
 
 // processes is how many go-redis clients each mode gives its limiters:
@@ -43,12 +45,15 @@ const processes = 2
 // which faults may stall, kill and restart.
 func newStandaloneEnv(t *testing.T, name string, slowlog time.Duration) *env {
 	srv := redistest.StartServer(t, "--enable-debug-command", "local")
-	e := &env{name: name, server: srv, private: true, slowlog: slowlog}
+	e := &env{name: name, server: srv, private: true, slowlog: slowlog, gate: &partition{}}
 	for i := range processes {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: i == 0, PoolSize: 16})
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: i == 0, PoolSize: 16, Dialer: e.gate.dial})
 		t.Cleanup(func() { _ = c.Close() })
 		e.clients = append(e.clients, c)
 	}
+	reader := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = reader.Close() })
+	e.reader = reader
 	e.admins = []*redis.Client{adminClient(t, srv.Addr)}
 	e.configure(t)
 	e.watchKeys(t)
@@ -74,7 +79,7 @@ func newClusterEnv(t *testing.T, name string, slowlog time.Duration) *env {
 	if out, err := exec.CommandContext(t.Context(), "redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	e := &env{name: name, cluster: true, private: true, slowlog: slowlog}
+	e := &env{name: name, cluster: true, private: true, slowlog: slowlog, gate: &partition{}}
 	for _, addr := range addrs {
 		e.admins = append(e.admins, adminClient(t, addr))
 	}
@@ -92,10 +97,13 @@ func newClusterEnv(t *testing.T, name string, slowlog time.Duration) *env {
 		}
 	}
 	for i := range processes {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: i == 0, PoolSize: 16})
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: i == 0, PoolSize: 16, Dialer: e.gate.dial})
 		t.Cleanup(func() { _ = c.Close() })
 		e.clients = append(e.clients, c)
 	}
+	reader := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = reader.Close() })
+	e.reader = reader
 	e.configure(t)
 	e.watchKeys(t)
 	return e

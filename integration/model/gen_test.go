@@ -166,6 +166,11 @@ func opKinds(e *env) []opKind {
 		kinds = append(kinds, opKind{"kill", 1, func(*rapid.T, *harness) op { return killOp{} }},
 			opKind{"lost reply", 5, genLostReply})
 	}
+	// A partition of every process from a Redis that keeps its data: the
+	// settlements made during it are kept, and land when it heals.
+	kinds = append(kinds, opKind{"cut", 2, func(*rapid.T, *harness) op { return cutOp{} }},
+		opKind{"heal", 3, func(*rapid.T, *harness) op { return healOp{} }},
+		opKind{"outage", 4, genOutage})
 	if e.server != nil {
 		kinds = append(kinds, opKind{"down", 2, func(*rapid.T, *harness) op { return downOp{} }},
 			opKind{"up", 3, func(*rapid.T, *harness) op { return upOp{} }})
@@ -561,7 +566,7 @@ func genLostReply(t *rapid.T, h *harness) op {
 				return l.Resolution() == 0 && !l.InFlight && !l.Requests && l.Window >= 10*time.Second
 			})
 	})
-	if !h.up || len(recs) == 0 || len(short) == 0 || len(strict) == 0 {
+	if !h.reach() || len(recs) == 0 || len(short) == 0 || len(strict) == 0 {
 		return genSettle(t, h)
 	}
 	req := rapid.SampledFrom(recs).Draw(t, "lost reply of")

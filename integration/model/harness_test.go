@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	stdlog "log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -102,6 +103,7 @@ type limiterSpec struct {
 	Shadow    bool
 
 	observe slidelimit.Observer // the harness's, to read each call's Observation
+	logger  *stdlog.Logger      // the harness's, to read the reports of kept settlements
 }
 
 func (s limiterSpec) String() string {
@@ -160,6 +162,9 @@ func newLimiter(client redis.UniversalClient, prefix string, clock func() time.T
 	}
 	if s.observe != nil {
 		opts = append(opts, slidelimit.WithObserver(s.observe))
+	}
+	if s.logger != nil {
+		opts = append(opts, slidelimit.WithLogger(s.logger))
 	}
 	return slidelimit.New(client, s.Limits[0], opts...)
 }

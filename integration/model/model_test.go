@@ -30,7 +30,7 @@ var (
 	flagKeepGoing = flag.Bool("model.keepgoing", false,
 		"model: go on with further seeds after a failure, to find more than one")
 	flagIgnore = flag.String("model.ignore", "",
-		"model: failure kinds to log and pass over, comma-separated (decision, fallback, local, bound, ttl, stored, slow, quota, retry-exact, retry-stepped, retry-mixed, retry-ghost, refund, settle, lease, shadow, undeclared), to hunt for others")
+		"model: failure kinds to log and pass over, comma-separated (decision, fallback, local, bound, ttl, stored, slow, quota, retry-exact, retry-stepped, retry-mixed, retry-ghost, refund, settle, lease, shadow, horizon, undeclared, replay), to hunt for others")
 	flagQuiet = flag.Bool("model.quiet", false,
 		"model: no busy loops beside the concurrent modes (for a SLOWLOG bound of 1 ms)")
 )
@@ -346,6 +346,7 @@ func (e *env) recover(t tester) {
 		_ = e.mig.wait()
 		e.mig = nil
 	}
+	e.gate.heal()
 	if !e.private {
 		return
 	}
@@ -467,6 +468,8 @@ func (h *harness) verify() {
 		h.t.Fatalf("model: %s", h.failure)
 	case kindUndeclared:
 		h.t.Fatalf("model: %s", h.failure)
+	case kindReplay:
+		h.t.Fatalf("model: %s", h.failure)
 	default:
 		h.t.Fatalf("model: %s", h.failure)
 	}
@@ -487,7 +490,7 @@ func ignored(kind string) bool {
 
 var kindNames = map[string]string{"decision": kindDecision, "fallback": kindFallback, "local": kindLocal, "bound": kindBound, "ttl": kindTTL, "stored": kindStored,
 	"slow": kindSlow, "quota": kindQuota, "retry-exact": kindRetryExact, "retry-stepped": kindRetryStepped,
-	"retry-mixed": kindRetryMixed, "retry-ghost": kindRetryGhost, "refund": kindRefund, "settle": kindSettle, "lease": kindLease, "shadow": kindShadow, "horizon": kindHorizon, "undeclared": kindUndeclared}
+	"retry-mixed": kindRetryMixed, "retry-ghost": kindRetryGhost, "refund": kindRefund, "settle": kindSettle, "lease": kindLease, "shadow": kindShadow, "horizon": kindHorizon, "undeclared": kindUndeclared, "replay": kindReplay}
 
 // The kinds of failure.
 const (
@@ -509,6 +512,7 @@ const (
 	kindShadow       = "ShadowDenied does not list exactly the shadow limits that would have denied"
 	kindHorizon      = "a settlement's ErrPastHorizon, or its nil, is not what a stepped log that forgot the request, or kept it, gives"
 	kindUndeclared   = "a script ran a command on a key its call did not declare"
+	kindReplay       = "a settlement kept across an outage did not land once, the newest, while its request counted, and counted so"
 )
 
 // checkDeclared fails the check if a script call of its prefix ran a
@@ -534,6 +538,9 @@ func (h *harness) finish() {
 	}
 	if !h.up {
 		upOp{}.run(h)
+	}
+	if h.cut {
+		healOp{}.run(h)
 	}
 	h.verify()
 	h.checkSlowlog()
@@ -564,6 +571,10 @@ func (h *harness) finish() {
 			if s, ok := o.(settleOp); ok && s.Pause > 0 {
 				tally.judged["settleOp under a pause"]++
 			}
+		}
+		for _, w := range h.replayWant {
+			tally.judged["kept settlements landed"] += int(w.landed)
+			tally.judged["kept settlements past their windows"] += int(w.expired)
 		}
 	}
 	tally.fallbacks += h.counted.fallbacks

@@ -43,7 +43,7 @@ type storedStep struct {
 // and the stepped logs of steps.
 func (h *harness) readStored(ctx context.Context, who string, steps []int64, inflight bool) (*stored, error) {
 	log := h.stem(who)
-	c := h.env.clients[0]
+	c := h.env.reader
 	s := &stored{steps: map[int64]*storedStep{}}
 	s.a = time.Now()
 	var zr *redis.ZSliceCmd

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,9 @@ type callRec struct {
 	res     slidelimit.Result
 	settled int   // 1 + the cost it was last settled to; 0 if never
 	now     int64 // µs, test clock: when it was decided (sequential modes)
+	// until is when the request has left every window and lease it counts
+	// in (µs, test clock): a settlement kept past it is dropped.
+	until int64
 	// unsure, lo and hi: a settle to lo or hi failed after it may have
 	// run, and the client holds the request at either (or between).
 	unsure bool
@@ -66,6 +70,7 @@ type harness struct {
 	order     []string // handles of calls with request ids, oldest first
 	ops       []op
 	up        bool // Redis is running
+	cut       bool // a partition cuts every process off from Redis (cutOp)
 	migrating bool // a slot migration ran during the check
 
 	observing string   // the failure kind of a decision made to observe a step (a refund's)
@@ -80,6 +85,13 @@ type harness struct {
 	obsMu     sync.Mutex
 	together  bool // the step makes calls at once: an Observation may be another call's
 
+	// What the limiters keep to retry, by handle, and what their reports
+	// of kept settlements must add up to, and do (replay_test.go).
+	kept       map[string]*keptSettle
+	replayWant []replayCount
+	replayLogs []*replayLog
+	waited     bool // a Wait ran: it refunds on its own, which the limiter may keep
+
 	failure string // the first failure's kind; "" while none
 	detail  string
 	counted struct{ fallbacks, doubtful, lostSettles int }
@@ -88,7 +100,7 @@ type harness struct {
 func newHarness(t tester, e *env, specs []limiterSpec) (*harness, error) {
 	h := &harness{t: t, env: e, prefix: newPrefix(e.name), clock: &testClock{}, specs: specs,
 		ids: map[string]*identityModel{}, tags: map[string]string{}, calls: map[string]*callRec{}, up: true,
-		denials: newDenialLog(len(specs))}
+		denials: newDenialLog(len(specs)), kept: map[string]*keptSettle{}}
 	for _, s := range specs {
 		obs := new(slidelimit.Observation)
 		h.observed = append(h.observed, obs)
@@ -101,6 +113,10 @@ func newHarness(t tester, e *env, specs []limiterSpec) (*harness, error) {
 			defer h.obsMu.Unlock()
 			*obs = o
 		}
+		rl := &replayLog{}
+		h.replayLogs = append(h.replayLogs, rl)
+		h.replayWant = append(h.replayWant, replayCount{})
+		s.logger = stdlog.New(rl)
 		lim, err := newLimiter(e.clients[s.Process%len(e.clients)], h.prefix, h.clock.Now, s)
 		if err != nil {
 			return nil, err
@@ -305,7 +321,7 @@ func (h *harness) settle(c allowOp, res slidelimit.Result, err error, now int64,
 		return
 	}
 	if !c.Peek {
-		h.calls[c.Req] = &callRec{call: c, res: res, now: now}
+		h.calls[c.Req] = &callRec{call: c, res: res, now: now, until: untilOf(now, limits)}
 		if c.ID && !slices.Contains(h.order, c.Req) {
 			h.order = append(h.order, c.Req)
 		}
@@ -509,7 +525,7 @@ func (h *harness) settleFallback(c allowOp, spec limiterSpec, im *identityModel,
 		h.fail(kindDecision, "%s: shadow mode applied to a fallback: %s", c, resultString(res))
 		return
 	}
-	if h.up && !f.down {
+	if h.reach() && !f.down {
 		// TRYAGAIN is sent again "for as long as the call's timeout leaves
 		// time for another attempt; then the policy decides": a call that
 		// waited its timeout out while its identity's slot stayed split
@@ -550,7 +566,7 @@ func (h *harness) settleFallback(c allowOp, spec limiterSpec, im *identityModel,
 			}
 		}
 	}
-	if h.up && !f.down {
+	if h.reach() && !f.down {
 		h.mayHaveRun(cl, f)
 	}
 }
@@ -686,7 +702,7 @@ func (c allowOp) run(h *harness) {
 	defer h.clock.unfreeze()
 	a := time.Now()
 	res, err := h.invoke(context.Background(), c)
-	h.settle(c, res, err, now, a, time.Now(), fault{down: !h.up})
+	h.settle(c, res, err, now, a, time.Now(), fault{down: !h.reach()})
 }
 
 // burstOp is N calls of one kind made one after another in one instant of
@@ -712,7 +728,7 @@ func (o burstOp) run(h *harness) {
 		c := allowOp{Lim: o.Lim, Who: o.Who, Cost: o.Cost, Plan: o.Plan, Req: fmt.Sprintf("%s.%d", o.Req, i), ID: o.ID}
 		a := time.Now()
 		res, err := h.invoke(context.Background(), c)
-		h.settle(c, res, err, now, a, time.Now(), fault{down: !h.up})
+		h.settle(c, res, err, now, a, time.Now(), fault{down: !h.reach()})
 		if h.failure != "" {
 			h.t.Logf("     call %d of the burst: %s", i, c)
 			return
@@ -797,8 +813,34 @@ func (o settleOp) run(h *harness) {
 	defer h.clock.unfreeze()
 	lo, hi := rec.bounds() // what the client sends as the request's units
 	recordedCost := rec.cost()
+	r := rec.res
+	recorded := r.Allowed && !r.Fallback && !r.Shadow && !r.Cached && len(r.Statuses) > 0 && rec.call.ID
+	// A Settle, Refund or Release carries the one its request's limiter
+	// keeps (Limiter.Settle: "its cost, unless it names one"); units is
+	// the cost it settles to, -1 for none.
+	units := -1
+	switch o.Kind {
+	case "settle":
+		units = o.Cost
+	case "refund":
+		units = 0
+	}
+	kept := h.kept[o.Of]
+	if kept != nil && keeps(o.Kind) && units < 0 {
+		units = kept.units
+	}
+	if recorded {
+		// A renewed lease, or units moved later, keep a kept settlement
+		// longer.
+		switch o.Kind {
+		case "renew":
+			rec.until = max(rec.until, now+leaseOf(h.limitsOf(rec.call)).Microseconds())
+		case "shift":
+			rec.until += (o.D + longestStep(h.limitsOf(rec.call))).Microseconds()
+		}
+	}
 	var until time.Time
-	if o.Pause > 0 && h.up {
+	if o.Pause > 0 && h.reach() {
 		until = h.env.pause(o.Pause)
 	}
 	a := time.Now()
@@ -815,11 +857,11 @@ func (o settleOp) run(h *harness) {
 		h.mayRunUntil(time.Now().Add(maybeRunSlack))
 	}
 	b := time.Now()
-	if r := rec.res; (o.Kind == "settle" || o.Kind == "refund") && r.Allowed && !r.Fallback && !r.Shadow && !r.Cached {
+	if units >= 0 && r.Allowed && !r.Fallback && !r.Shadow && !r.Cached {
 		// What the client then holds the request at (settle.go): the
 		// target if a call to it answered, else anything from where it
 		// was to the target, which a later settle lands on from either.
-		to := o.Cost // a refund's is 0
+		to := units
 		switch {
 		case firstErr == nil, errors.Is(firstErr, slidelimit.ErrPastHorizon):
 			// ErrPastHorizon: the other logs took it, and the client
@@ -830,21 +872,15 @@ func (o settleOp) run(h *harness) {
 			h.counted.lostSettles++
 		}
 	}
-	r := rec.res
 	limits := h.limitsOf(rec.call)
 	cl := h.callOf(rec.call, limits, now, a, b)
-	recorded := r.Allowed && !r.Fallback && !r.Shadow && !r.Cached && len(r.Statuses) > 0 && rec.call.ID
 	if r.Local && o.Kind != "renew" && o.Kind != "shift" {
 		h.local[rec.call.Lim].release(rec.call.Req) // Shift and Renew keep FailLocal's places in flight
 	}
 	act := settleAct{id: idOf(rec.call.Req), at: rec.now, lo: lo, old: hi, units: -1, now: now, ra: a, rb: b}
 	switch o.Kind {
-	case "refund":
-		act.units, act.lease = 0, leaseRelease
-	case "settle":
-		act.units, act.lease = o.Cost, leaseRelease
-	case "release":
-		act.lease = leaseRelease
+	case "refund", "settle", "release":
+		act.units, act.lease = units, leaseRelease
 	case "renew":
 		d := leaseOf(limits).Microseconds()
 		act.lease, act.renewTo = leaseRenew, now+d
@@ -859,15 +895,30 @@ func (o settleOp) run(h *harness) {
 			h.fail(kindDecision, "%s: %s = %v, want nil or an error wrapping ErrUnavailable", o, o.Kind, err)
 		}
 		stalled := o.Pause > 0 && h.specs[o.Via].Timeout < 2*o.Pause+stallSlack
-		if h.up && h.specs[o.Via].strict() && time.Since(h.env.healed) > healTime && !stalled {
+		if h.reach() && h.specs[o.Via].strict() && time.Since(h.env.healed) > healTime && !stalled {
 			h.fail(kindFallback, "%s: %s = %v while Redis answered", o, o.Kind, err)
 		}
-		if recorded && h.up {
+		if recorded && h.reach() {
 			for _, g := range groupsOf(cl) {
 				h.identity(g.name).maybe(func(s *state) []*state { return h.settleIn(s, g, cl, act, a, b, -1, -1) })
 			}
 		}
+		if recorded && keeps(o.Kind) && isUnavailable(err) {
+			// Kept by the limiter that admitted it, in place of any it
+			// kept; and drained at once if Redis answers (a lost reply,
+			// a breaker still open), at this step's now.
+			h.kept[o.Of] = &keptSettle{units: units, by: rec.call.Lim}
+			if h.reach() {
+				h.drain(now)
+			}
+		}
 		return
+	}
+	if kept != nil && keeps(o.Kind) && recorded {
+		// This settlement carried the kept one, and landed.
+		delete(h.kept, o.Of)
+		h.replayWant[kept.by].landed++
+		h.checkReplays()
 	}
 	switch {
 	case o.Kind == "refund" && r.Allowed && !r.Fallback && !r.Shadow && !r.Cached:
@@ -892,7 +943,7 @@ func (o settleOp) run(h *harness) {
 		// it still counted there (pastHorizon), for any limit counting
 		// that log, not only the request's own.
 		past := errors.Is(err, slidelimit.ErrPastHorizon)
-		may := (o.Kind == "settle" || o.Kind == "refund" || o.Kind == "shift" && act.shift > 0) && recordedCost > 0
+		may := (units >= 0 && keeps(o.Kind) || o.Kind == "shift" && act.shift > 0) && recordedCost > 0
 		if past && !may {
 			h.fail(kindDecision, "%s: %s = %v, which the request, decided at %dµs at %d units, cannot give", o, o.Kind, err, rec.now, recordedCost)
 			return
@@ -1024,7 +1075,7 @@ func (o resetOp) run(h *harness) {
 		if !isUnavailable(err) {
 			h.fail(kindDecision, "%s: Reset = %v", o, err)
 		}
-		if h.up {
+		if h.reach() {
 			im.maybe(forget)
 		}
 		return
@@ -1071,6 +1122,7 @@ func (o waitOp) String() string {
 func (o waitOp) run(h *harness) {
 	now := h.clock.freeze()
 	defer h.clock.unfreeze()
+	defer h.afterWait(now)
 	c := allowOp{Lim: o.Lim, Who: o.Who, Cost: o.Cost, Req: o.Req, ID: o.ID}
 	ctx, cancel := context.WithTimeout(callCtx(context.Background(), o.Req, o.ID), o.D)
 	defer cancel()
@@ -1093,7 +1145,7 @@ func (h *harness) settleWait(c allowOp, res slidelimit.Result, err error, now in
 	im := h.identity(c.Who)
 	limits := h.limitsOf(c)
 	im.use(limits)
-	if h.blockMay(im, a) && h.up {
+	if h.blockMay(im, a) && h.reach() {
 		cl := h.callOf(c, limits, now, a, b)
 		h.mayRunUntil(b)
 		im.maybe(func(s *state) []*state { return admitThenRefund(s, cl) })
@@ -1106,11 +1158,11 @@ func (h *harness) settleWait(c allowOp, res slidelimit.Result, err error, now in
 		if res.Allowed || h.specs[c.Lim].Policy == slidelimit.FailOpen {
 			h.fail(kindDecision, "%s: Wait refused with an admitting fallback: %s, %v", c, resultString(res), err)
 		}
-		if h.up {
+		if h.reach() {
 			h.mayHaveRun(h.callOf(c, limits, now, a, b), fault{})
 		}
 	case err == nil || res.Fallback:
-		h.settle(c, res, err, now, a, b, fault{down: !h.up})
+		h.settle(c, res, err, now, a, b, fault{down: !h.reach()})
 	case errors.Is(err, slidelimit.ErrWouldExceedDeadline) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		h.calls[c.Req] = &callRec{call: c, res: res}
 		if c.ID && !slices.Contains(h.order, c.Req) {
@@ -1138,7 +1190,7 @@ func (h *harness) settleWait(c allowOp, res slidelimit.Result, err error, now in
 			// "but for a caller whose context carries an id of
 			// ContextWithRequestID: an admission Redis made for it stays
 			// recorded under its id".
-			if h.up {
+			if h.reach() {
 				cl := h.callOf(c, limits, now, a, b.Add(maybeRunSlack))
 				h.mayRunUntil(b)
 				if c.ID {
@@ -1155,7 +1207,7 @@ func (h *harness) settleWait(c allowOp, res slidelimit.Result, err error, now in
 		spec := h.specs[c.Lim]
 		// A stale deny cache, or a fallback denial (Redis down, or a short
 		// timeout) may refuse; else the limits must deny in some state.
-		if h.denials.stale(c.Lim, c.Who, now) || spec.Policy != slidelimit.FailOpen && (!h.up || !spec.strict()) {
+		if h.denials.stale(c.Lim, c.Who, now) || spec.Policy != slidelimit.FailOpen && (!h.reach() || !spec.strict()) {
 			return
 		}
 		cl := h.callOf(c, limits, now, a, b)
@@ -1224,7 +1276,8 @@ func (o waitRaceOp) run(h *harness) {
 	defer func() { h.together = false }()
 	now := h.clock.freeze()
 	defer h.clock.unfreeze()
-	if !h.up {
+	defer h.afterWait(now)
+	if !h.reach() {
 		return
 	}
 	results := make([]waitResult, 1+o.Others)
@@ -1421,7 +1474,7 @@ func (o stallOp) run(h *harness) {
 	defer func() { h.together = false }()
 	now := h.clock.freeze()
 	defer h.clock.unfreeze()
-	if !h.up {
+	if !h.reach() {
 		return
 	}
 	paused := h.env.pause(o.Pause)
@@ -1540,6 +1593,8 @@ func (upOp) run(h *harness) {
 	if h.env.server == nil || h.up {
 		return
 	}
+	now := h.clock.freeze()
+	defer h.clock.unfreeze()
 	h.env.server.Restart()
 	h.env.configure(h.t)
 	h.up, h.env.down, h.env.healed = true, false, time.Now()
@@ -1549,6 +1604,10 @@ func (upOp) run(h *harness) {
 		for i := range h.lims {
 			h.denials.staleFrom(i, who)
 		}
+	}
+	// What the limiters kept lands on the empty Redis.
+	if !h.cut {
+		h.drain(now)
 	}
 }
 
