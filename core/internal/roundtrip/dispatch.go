@@ -210,7 +210,7 @@ type call struct {
 	err      error
 	deadline atomic.Int64 // UnixNano by which Redis must answer; 0: no bound but the caller's context
 	due      int64        // the deadline as armed, before any allowance; set before exec runs
-	sentAt   int64        // UnixNano when its command was last sent; set with due, and by exec
+	sentAt   atomic.Int64 // UnixNano when its command was last sent; set with due, and by exec (a waiter reads it as it gives up)
 
 	// What exec sent again, and why. Only exec touches them.
 	resent    bool // sent again after its connection broke
@@ -226,7 +226,7 @@ type call struct {
 
 // arm starts c's timeout: a command of c was just sent, at now.
 func (c *call) arm(now time.Time) {
-	c.sentAt = now.UnixNano()
+	c.sentAt.Store(now.UnixNano())
 	if c.timeout > 0 {
 		d := now.Add(c.timeout).UnixNano()
 		c.due = d

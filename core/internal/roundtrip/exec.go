@@ -107,7 +107,7 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 			}
 			switch {
 			case h == healthFailed && isTimeout(c.err):
-				silence = max(silence, time.Duration(at-c.sentAt))
+				silence = max(silence, time.Duration(at-c.sentAt.Load()))
 			case h == healthOK:
 				answered = true
 			}
@@ -137,7 +137,7 @@ func (ln *lane) exec(ctx context.Context, batch []*call, rt uint64, delivered *a
 		now := time.Now().UnixNano()
 		for _, c := range again {
 			if c.state.Load() == sent { // not left during the pause
-				c.sentAt = now
+				c.sentAt.Store(now)
 				next = append(next, c)
 			}
 		}

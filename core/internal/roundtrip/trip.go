@@ -164,7 +164,7 @@ func (t *trip) wait(leave <-chan struct{}) (silence time.Duration, left bool) {
 					c.finish(sent, outcome{err: errMigrating, h: healthUnknown, rt: t.rt})
 				case c.finish(sent, outcome{err: errNoAnswer, h: healthFailed, rt: t.rt}):
 					failed = true
-					t.silence = max(t.silence, now.Sub(time.Unix(0, c.sentAt)))
+					t.silence = max(t.silence, now.Sub(time.Unix(0, c.sentAt.Load())))
 				}
 			}
 			if failed {
