@@ -249,16 +249,19 @@ func (q *waitQueue) run() {
 }
 
 // hand gives an admission made for head to head or, if head left, to the
-// next waiter of the same cost; with no such waiter, it is refunded. An
-// admission recorded under head's own id (ContextWithRequestID) is head's
-// alone: a retry of head with that id is told it was admitted, so giving
-// it to another would admit two requests for one unit, and refunding it
-// could race that retry.
+// next waiter of the same cost without an id of its own; with no such
+// waiter, it is refunded. An admission recorded under head's own id
+// (ContextWithRequestID) is head's alone: a retry of head with that id is
+// told it was admitted, so giving it to another would admit two requests
+// for one unit, and refunding it could race that retry. Nor does a waiter
+// with its own id take another's: its retry would not find its id.
 func (q *waitQueue) hand(head *waiter, r waitReply) {
 	queues.mu.Lock()
 	given := q.settle(head, r) || head.ownID
 	for i := 0; !given && i < len(q.waiters); i++ {
-		if w := q.waiters[i]; w.n == head.n {
+		// Not to a waiter with an id of its own: its retry must find that
+		// id recorded, not the head's.
+		if w := q.waiters[i]; w.n == head.n && !w.ownID {
 			given = q.settle(w, r)
 		}
 	}

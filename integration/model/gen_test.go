@@ -79,6 +79,15 @@ func genCallPlan(t *rapid.T, label string) plan {
 			l = l.Shadowed()
 		}
 		p = append(p, l)
+		// A second, of its own lease: shadowed half the time, so that a
+		// shadow's lease meets an enforced one's ("Shadow never decides").
+		if rapid.IntRange(0, 3).Draw(t, label+" second in flight") == 3 {
+			m := rapid.SampledFrom(inFlightCatalogue).Draw(t, label+" second lease")
+			if rapid.IntRange(0, 1).Draw(t, label+" second in-flight shadow") == 1 {
+				m = m.Shadowed()
+			}
+			p = append(p, m.Named("second-in-flight")) // a name of its own: two limits may not share one
+		}
 	}
 	return p
 }
