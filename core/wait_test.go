@@ -315,3 +315,61 @@ func awaitCond(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestAWaiterWithItsOwnIDTakesNoOtherAdmission: a head waiter leaves
+// while its admission is on its way (Redis paused); the admission made for
+// it goes to no waiter with an id of its own (ContextWithRequestID), whose
+// retry must find that id recorded: the second waiter is admitted under its
+// own id, and its retry with that id is answered admitted while the limit
+// is full. Before, it took the head's admission, recorded under the head's
+// id, and its retry was counted anew and denied.
+func TestAWaiterWithItsOwnIDTakesNoOtherAdmission(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const window = 300 * time.Millisecond
+	lim, _ := newLimiter(t, rdb, slidelimit.Per(1, window), slidelimit.WithDenyCache(0))
+	ctx := t.Context()
+	if res := allow(t, lim, "w"); !res.Allowed {
+		t.Fatalf("first Allow = %+v, want admitted", res)
+	}
+	start := time.Now()
+	headCtx, leave := context.WithCancel(ctx)
+	defer leave()
+	head := make(chan error, 1)
+	go func() {
+		_, err := lim.Wait(headCtx, "w")
+		head <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the head queues first
+	own := slidelimit.ContextWithRequestID(ctx, "own")
+	type reply struct {
+		res slidelimit.Result
+		err error
+	}
+	second := make(chan reply, 1)
+	go func() {
+		res, err := lim.Wait(own, "w")
+		second <- reply{res, err}
+	}()
+	// Redis holds every command from before the head's next attempt (a
+	// window after the first admission) until well after the head left.
+	time.Sleep(window/2 - time.Since(start))
+	if err := rdb.ClientPause(ctx, 2*window).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(window + window/3 - time.Since(start)) // the head's attempt is waiting in Redis
+	leave()
+	if err := <-head; err == nil {
+		t.Fatal("the head's Wait returned nil after it left")
+	}
+	r := <-second
+	if r.err != nil || !r.res.Allowed {
+		t.Fatalf("the second waiter's Wait = %+v, %v; want admitted", r.res, r.err)
+	}
+	res, err := lim.Allow(own, "w")
+	if err != nil || !res.Allowed {
+		t.Fatalf("a retry with the second waiter's id = %+v, %v; want it answered admitted, as a retry of an admitted id", res, err)
+	}
+	awaitNoQueues(t)
+}
