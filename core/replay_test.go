@@ -17,6 +17,21 @@ import (
 // durableServer starts a private Redis that keeps its data across Stop and
 // Restart (an append-only file synced on every write, in a directory of
 // the test's): a Redis restarted by an outage, its windows intact.
+// loggedLimiter returns a limiter of limit on rdb under a fresh prefix,
+// with a timeout of 200 ms unless opts give another, logging to the
+// records it returns, and the prefix.
+func loggedLimiter(t *testing.T, rdb *redis.Client, limit slidelimit.Limit, opts ...slidelimit.Option) (*slidelimit.Limiter, string, *records) {
+	t.Helper()
+	prefix := redistest.Prefix(t)
+	log := new(records)
+	opts = append([]slidelimit.Option{slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(200 * time.Millisecond), slidelimit.WithLogger(slog.New(log))}, opts...)
+	lim, err := slidelimit.New(rdb, limit, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim, prefix, log
+}
+
 func durableServer(t *testing.T) (*redistest.Server, *redis.Client) {
 	t.Helper()
 	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always", "--dir", t.TempDir())
@@ -60,13 +75,7 @@ func TestASettleThatFailsWhileRedisIsDownLandsWhenItIsBack(t *testing.T) {
 		t.Run(fmt.Sprintf("flushed=%v", flushed), func(t *testing.T) {
 			srv, rdb := durableServer(t)
 			limit := slidelimit.PerMinute(100)
-			prefix := redistest.Prefix(t)
-			var log records
-			lim, err := slidelimit.New(rdb, limit, slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(200*time.Millisecond),
-				slidelimit.WithLogger(slog.New(&log)))
-			if err != nil {
-				t.Fatal(err)
-			}
+			lim, prefix, log := loggedLimiter(t, rdb, limit)
 			key, _ := slidelimit.Key(prefix, "a", limit)
 			res, err := lim.AllowN(t.Context(), "a", 10)
 			if err != nil || !res.Allowed {
@@ -88,7 +97,7 @@ func TestASettleThatFailsWhileRedisIsDownLandsWhenItIsBack(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			flush(t, lim)
-			if landed, expired, dropped, ok := settledReport(&log); !ok || landed != 1 || expired != 0 || dropped != 0 {
+			if landed, expired, dropped, ok := settledReport(log); !ok || landed != 1 || expired != 0 || dropped != 0 {
 				t.Errorf("report = %d landed, %d left their windows, %d dropped (logged %v), want 1, 0, 0", landed, expired, dropped, ok)
 			}
 		})
@@ -133,13 +142,7 @@ func TestAReleaseThatFailsFreesItsPlaceAfterTheOutage(t *testing.T) {
 func TestANewerSettlementSupersedesAKeptOne(t *testing.T) {
 	srv, rdb := durableServer(t)
 	limit := slidelimit.PerMinute(100)
-	prefix := redistest.Prefix(t)
-	var log records
-	lim, err := slidelimit.New(rdb, limit, slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(200*time.Millisecond),
-		slidelimit.WithLogger(slog.New(&log)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim, prefix, log := loggedLimiter(t, rdb, limit)
 	ctx := t.Context()
 	key, _ := slidelimit.Key(prefix, "a", limit)
 	first, _ := lim.AllowN(ctx, "a", 10)
@@ -171,7 +174,7 @@ func TestANewerSettlementSupersedesAKeptOne(t *testing.T) {
 	if got := redistest.ExactLogUnits(t, rdb, key); got != 2+8 {
 		t.Errorf("the exact log holds %d units, want 10: the first at its newer settle (2), the second at its kept one (8)", got)
 	}
-	if landed, _, _, ok := settledReport(&log); !ok || landed != 2 {
+	if landed, _, _, ok := settledReport(log); !ok || landed != 2 {
 		t.Errorf("report = %d landed (logged %v), want 2: one kept settlement per request", landed, ok)
 	}
 }
@@ -190,12 +193,7 @@ func TestAKeptSettlementIsDroppedOnceItsRequestLeftItsWindows(t *testing.T) {
 		defer clock.Unlock()
 		return time.Now().Add(clock.offset)
 	}
-	var log records
-	lim, err := slidelimit.New(rdb, slidelimit.PerSecond(10), slidelimit.WithPrefix(redistest.Prefix(t)), slidelimit.WithClock(now),
-		slidelimit.WithTimeout(200*time.Millisecond), slidelimit.WithLogger(slog.New(&log)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim, _, log := loggedLimiter(t, rdb, slidelimit.PerSecond(10), slidelimit.WithClock(now))
 	res, _ := lim.AllowN(t.Context(), "a", 4)
 	srv.Stop()
 	if err := lim.Refund(t.Context(), res); !errors.Is(err, slidelimit.ErrUnavailable) {
@@ -206,7 +204,7 @@ func TestAKeptSettlementIsDroppedOnceItsRequestLeftItsWindows(t *testing.T) {
 	clock.Unlock()
 	srv.Restart()
 	flush(t, lim)
-	if landed, expired, dropped, ok := settledReport(&log); !ok || landed != 0 || expired != 1 || dropped != 0 {
+	if landed, expired, dropped, ok := settledReport(log); !ok || landed != 0 || expired != 1 || dropped != 0 {
 		t.Errorf("report = %d landed, %d left their windows, %d dropped (logged %v), want 0, 1, 0", landed, expired, dropped, ok)
 	}
 }
@@ -217,13 +215,7 @@ func TestAtMostMaxReplaysAreKept(t *testing.T) {
 	const kept = 10_000
 	srv, rdb := durableServer(t)
 	limit := slidelimit.PerHour(1000)
-	prefix := redistest.Prefix(t)
-	var log records
-	lim, err := slidelimit.New(rdb, limit, slidelimit.WithPrefix(prefix), slidelimit.WithTimeout(time.Second),
-		slidelimit.WithLogger(slog.New(&log)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim, prefix, log := loggedLimiter(t, rdb, limit, slidelimit.WithTimeout(time.Second))
 	ctx := t.Context()
 	who := func(i int) string { return fmt.Sprintf("id%d", i%20) }
 	results := make([]slidelimit.Result, kept+1)
@@ -242,7 +234,7 @@ func TestAtMostMaxReplaysAreKept(t *testing.T) {
 	}
 	srv.Restart()
 	flush(t, lim)
-	if landed, expired, dropped, ok := settledReport(&log); !ok || landed != kept || expired != 0 || dropped != 1 {
+	if landed, expired, dropped, ok := settledReport(log); !ok || landed != kept || expired != 0 || dropped != 1 {
 		t.Errorf("report = %d landed, %d left their windows, %d dropped (logged %v), want %d, 0, 1", landed, expired, dropped, ok, kept)
 	}
 	// The dropped refund is the last one made: its request still counts.
